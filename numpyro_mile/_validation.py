@@ -1,0 +1,71 @@
+"""Input checks shared by models, datasets and kernels.
+
+Every public entry point that takes user data calls these, so the messages are the same
+everywhere and say what to do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def check_finite(name: str, array) -> None:
+    """Raise ``ValueError`` when ``array`` holds NaN or infinite values.
+
+    :param name: how the array is called in the message (e.g. ``"X"``).
+    :param array: any array-like; a concrete (non-traced) value.
+    """
+    try:
+        values = np.asarray(array)
+    except Exception:  # a JAX tracer: the check cannot run inside jit
+        return
+    if values.dtype.kind not in "fc":
+        return
+    bad = ~np.isfinite(values)
+    if bad.any():
+        where = np.argwhere(bad)[0].tolist()
+        raise ValueError(
+            f"{name} contains {int(bad.sum())} NaN or infinite value(s) (first at index {where}). "
+            "Drop or impute those rows before fitting, e.g. X = X[np.isfinite(X).all(1)]."
+        )
+
+
+def check_xy(X, y=None, *, x_ndim: int | None = 2, y_ndim: int = 1) -> None:
+    """Check ranks, matching lengths and finiteness of inputs ``X`` and targets ``y``.
+
+    :param X: inputs, shape ``(N, ...)``; rank ``x_ndim`` when given.
+    :param y: targets, shape ``(N,)`` (rank ``y_ndim``), or ``None`` for prediction.
+    """
+    try:
+        x_shape = np.shape(X)
+    except Exception:
+        return
+    if x_ndim is not None and len(x_shape) != x_ndim:
+        raise ValueError(
+            f"X must have rank {x_ndim} (shape (N, num_features)), got shape {tuple(x_shape)}. "
+            "Reshape a single feature with X[:, None]."
+        )
+    check_finite("X", X)
+    if y is None:
+        return
+    y_shape = np.shape(y)
+    if len(y_shape) != y_ndim:
+        raise ValueError(
+            f"y must have rank {y_ndim} (shape (N,)), got shape {tuple(y_shape)}. "
+            "Flatten a column vector with y.ravel()."
+        )
+    if y_shape[0] != x_shape[0]:
+        raise ValueError(
+            f"X and y have different numbers of rows: {x_shape[0]} vs {y_shape[0]}. "
+            "They must describe the same observations."
+        )
+    check_finite("y", y)
+
+
+def is_concrete(array) -> bool:
+    """True when ``array`` is a concrete value (not a JAX tracer)."""
+    try:
+        np.asarray(array)
+        return True
+    except Exception:
+        return False
