@@ -1,0 +1,102 @@
+"""Model introspection shared by the kernels and the deep ensemble.
+
+Everything here uses NumPyro's public handlers only (``trace``, ``seed``, ``substitute``), so it
+does not break when NumPyro renames its private helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from numpyro import handlers
+from numpyro.distributions.transforms import biject_to
+
+#: name of the plate that holds the observations in this package's models
+DATA_PLATE = "data"
+
+
+class PlateInfo(NamedTuple):
+    """A plate of the model: ``size`` rows, ``subsample_size`` per call (``None``: all)."""
+
+    name: str
+    size: int
+    subsample_size: int | None
+
+
+def trace_model(model: Callable, model_args: tuple, model_kwargs: dict, rng_key=None) -> dict:
+    """One execution trace of ``model`` (priors sampled with ``rng_key``)."""
+    rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
+    return handlers.trace(handlers.seed(model, rng_key)).get_trace(*model_args, **model_kwargs)
+
+
+def latent_sites(trace: dict) -> dict:
+    """The unobserved sample sites of a trace, in order."""
+    return {
+        name: site
+        for name, site in trace.items()
+        if site["type"] == "sample" and not site["is_observed"]
+        and not site.get("infer", {}).get("is_auxiliary", False)
+    }
+
+
+def plates(trace: dict) -> dict[str, PlateInfo]:
+    """The plates of a trace by name."""
+    out = {}
+    for name, site in trace.items():
+        if site["type"] == "plate":
+            size, subsample_size = site["args"]
+            out[name] = PlateInfo(name, int(size), None if subsample_size is None else int(subsample_size))
+    return out
+
+
+def check_continuous(trace: dict, kernel_name: str) -> None:
+    """Raise when the model has discrete latent sites, which gradient-based kernels cannot sample."""
+    discrete = [name for name, site in latent_sites(trace).items() if site["fn"].support.is_discrete]
+    if discrete:
+        raise ValueError(
+            f"{kernel_name} samples continuous latent variables only, but the model has discrete latent "
+            f"site(s) {discrete}. Marginalise them out (e.g. with numpyro.contrib.funsor's enumeration and "
+            "NUTS), or make them observed."
+        )
+
+
+def check_full_batch(trace: dict, kernel_name: str) -> None:
+    """Raise when the model subsamples a plate: a full-batch kernel would sample the wrong posterior."""
+    for info in plates(trace).values():
+        if info.subsample_size is not None and info.subsample_size != info.size:
+            raise ValueError(
+                f"{kernel_name} is a full-batch kernel, but plate {info.name!r} subsamples "
+                f"{info.subsample_size} of {info.size} rows per step, which would make every step use a "
+                "different posterior. Call the model with subsample_size=None for "
+                f"{kernel_name}, or use numpyro_mile.SGLD / numpyro_mile.ICSGLD for minibatch sampling."
+            )
+
+
+def constrain(trace: dict, unconstrained: dict) -> dict:
+    """Map unconstrained latent values to the supports of their sites (no Jacobian)."""
+    sites = latent_sites(trace)
+    return {name: biject_to(sites[name]["fn"].support)(value) for name, value in unconstrained.items()}
+
+
+def observed_log_likelihood(
+    model: Callable, model_args: tuple, model_kwargs: dict, values: dict, plate_indices: dict | None = None
+) -> jax.Array:
+    """Scaled log-likelihood of the observed sites given constrained latent ``values``.
+
+    ``plate_indices`` substitutes row indices into plates by name, so a full-batch model is
+    evaluated on a minibatch; the plate scales the result by ``size / len(indices)``, which
+    makes it an unbiased estimate of the full-data log-likelihood.
+    """
+    conditioned = handlers.substitute(handlers.seed(model, jax.random.PRNGKey(0)), data=values)
+    if plate_indices:
+        conditioned = handlers.substitute(conditioned, data=plate_indices)
+    trace = handlers.trace(conditioned).get_trace(*model_args, **model_kwargs)
+    total = jnp.zeros(())
+    for site in trace.values():
+        if site["type"] == "sample" and site["is_observed"]:
+            log_prob = site["fn"].log_prob(site["value"])
+            scale = site.get("scale")
+            total = total + (log_prob.sum() if scale is None else scale * log_prob.sum())
+    return total

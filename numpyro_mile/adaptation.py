@@ -1,0 +1,154 @@
+"""MILE's three-phase MCLMC tuning as pure per-step functions on a NamedTuple state.
+
+Phases over ``num_warmup`` steps (default split 0.8 / 0.1 / 0.1):
+
+I.   adapt the step size from each step's energy change towards a target energy variance per
+     dimension that falls linearly (default 0.5 -> 0.1) over Phases I+II;
+II.  keep adapting; accumulate step-size-weighted means and variances of the position; at the
+     end set ``L = sqrt(sum of variances)``;
+III. fixed step size and L; store (a thinned, coordinate-subsampled copy of) the positions; at
+     the end set ``L = L_factor * step_size * mean_i(n3 / ESS_i)``.
+
+The step-size predictor is the one of Robnik et al. (MCLMC) used by MILE:
+``xi = dE^2 / (d * target) + 1e-8``, ``w = exp(-0.5 * (log xi / (6 * trust))^2)``,
+``x <- a x + w xi / eps^6``, ``t <- a t + w`` with ``a = (n_eff - 1) / (n_eff + 1)``, and
+``eps = min((x / t)^(-1/6), eps_max)``. A rejected (non-finite) step sets
+``eps_max = 0.8 * eps`` and does not enter the averages.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class Schedule(NamedTuple):
+    """Static settings of the tuning (Python numbers, known before tracing)."""
+
+    num_phase1: int
+    num_phase2: int
+    num_phase3: int
+    thin3: int
+    num_stored: int
+    target_start: float
+    target_end: float
+    n_eff: float
+    trust: float
+    L_factor: float
+
+    @property
+    def num_warmup(self) -> int:
+        return self.num_phase1 + self.num_phase2 + self.num_phase3
+
+
+class AdaptationState(NamedTuple):
+    """Per-chain tuning statistics.
+
+    :ivar x: decaying average of ``w * xi / eps^6`` (scalar).
+    :ivar t: decaying average of the weights ``w`` (scalar).
+    :ivar step_size_max: cap of the step size, lowered after a rejected step (scalar).
+    :ivar weight_sum: sum of step sizes over Phase II (scalar).
+    :ivar mean: step-size-weighted mean of the position over Phase II, shape ``(d,)``.
+    :ivar m2: step-size-weighted sum of squared deviations over Phase II, shape ``(d,)``.
+    :ivar samples: Phase III positions (thinned, coordinate subset), shape ``(num_stored, d_sub)``.
+    """
+
+    x: jax.Array
+    t: jax.Array
+    step_size_max: jax.Array
+    weight_sum: jax.Array
+    mean: jax.Array
+    m2: jax.Array
+    samples: jax.Array
+
+
+MIN_PHASE3 = 10
+
+
+def make_schedule(
+    num_warmup: int,
+    *,
+    phase_split=(0.8, 0.1, 0.1),
+    target_energy_variance=(0.5, 0.1),
+    n_eff: float = 100.0,
+    trust: float = 1.5,
+    L_factor: float = 0.4,
+    max_stored_samples: int = 1000,
+) -> Schedule:
+    """Phase lengths and settings for ``num_warmup`` tuning steps; raises when they are too few."""
+    if len(phase_split) != 3 or min(phase_split) < 0 or abs(sum(phase_split) - 1.0) > 1e-6:
+        raise ValueError(f"phase_split must be three non-negative fractions summing to 1, got {phase_split}.")
+    n1 = int(round(phase_split[0] * num_warmup))
+    n2 = int(round(phase_split[1] * num_warmup))
+    n3 = num_warmup - n1 - n2
+    if n1 < 1 or n2 < 2 or n3 < MIN_PHASE3:
+        need = math.ceil(MIN_PHASE3 / max(phase_split[2], 1e-12))
+        raise ValueError(
+            f"num_warmup={num_warmup} is too small for MILE's three tuning phases {tuple(phase_split)}: "
+            f"got {n1}/{n2}/{n3} steps, but Phase I needs >= 1, Phase II >= 2 and Phase III >= "
+            f"{MIN_PHASE3} steps. Use num_warmup >= {max(need, 20)} (the MILE paper uses 50,000)."
+        )
+    thin3 = max(1, math.ceil(n3 / max_stored_samples))
+    return Schedule(n1, n2, n3, thin3, math.ceil(n3 / thin3), float(target_energy_variance[0]),
+                    float(target_energy_variance[1]), float(n_eff), float(trust), float(L_factor))
+
+
+def init(dim_stored: int, dim: int, schedule: Schedule) -> AdaptationState:
+    """Empty statistics for a chain with ``dim`` coordinates, ``dim_stored`` of them recorded."""
+    zero = jnp.zeros(())
+    return AdaptationState(zero, zero, jnp.asarray(jnp.inf), zero, jnp.zeros(dim), jnp.zeros(dim),
+                           jnp.zeros((schedule.num_stored, dim_stored)))
+
+
+def target_energy_variance(i, schedule: Schedule) -> jax.Array:
+    """Target energy variance per dimension at step ``i``: linear over Phases I+II, then constant."""
+    span = max(schedule.num_phase1 + schedule.num_phase2 - 1, 1)
+    frac = jnp.clip(i / span, 0.0, 1.0)
+    return schedule.target_start + (schedule.target_end - schedule.target_start) * frac
+
+
+def update_step_size(adapt: AdaptationState, step_size, energy_change, finite, dim: int, target,
+                     schedule: Schedule) -> tuple[jax.Array, AdaptationState]:
+    """One step of the step-size predictor; returns the next step size and statistics."""
+    decay = (schedule.n_eff - 1.0) / (schedule.n_eff + 1.0)
+    xi = jnp.square(energy_change) / (dim * target) + 1e-8
+    weight = jnp.exp(-0.5 * jnp.square(jnp.log(xi) / (6.0 * schedule.trust)))
+    weight = jnp.where(finite, weight, 0.0)
+    x = decay * adapt.x + weight * (xi / jnp.power(step_size, 6))
+    t = decay * adapt.t + weight
+    step_size_max = jnp.where(finite, adapt.step_size_max, 0.8 * step_size)
+    predicted = jnp.where(t > 0, jnp.power(x / jnp.where(t > 0, t, 1.0), -1.0 / 6.0), step_size)
+    new_step_size = jnp.minimum(predicted, step_size_max)
+    return new_step_size, adapt._replace(x=x, t=t, step_size_max=step_size_max)
+
+
+def accumulate_moments(adapt: AdaptationState, position_flat, weight, active) -> AdaptationState:
+    """Weighted (West's) running mean and squared deviations of the position, when ``active``."""
+    weight = jnp.where(active, weight, 0.0)
+    weight_sum = adapt.weight_sum + weight
+    delta = position_flat - adapt.mean
+    mean = adapt.mean + jnp.where(weight_sum > 0, weight / jnp.where(weight_sum > 0, weight_sum, 1.0), 0.0) * delta
+    m2 = adapt.m2 + weight * delta * (position_flat - mean)
+    return adapt._replace(weight_sum=weight_sum, mean=mean, m2=m2)
+
+
+def L_from_moments(adapt: AdaptationState) -> jax.Array:
+    """``sqrt(sum of the weighted variances)`` of Phase II."""
+    return jnp.sqrt(jnp.sum(adapt.m2 / adapt.weight_sum))
+
+
+def record_sample(adapt: AdaptationState, position_sub, step_in_phase3, schedule: Schedule) -> AdaptationState:
+    """Store the position when ``step_in_phase3`` is a non-negative multiple of the Phase III thinning."""
+    slot = jnp.clip(step_in_phase3 // schedule.thin3, 0, schedule.num_stored - 1)
+    active = (step_in_phase3 >= 0) & (step_in_phase3 < schedule.num_phase3) & (step_in_phase3 % schedule.thin3 == 0)
+    row = jnp.where(active, position_sub, adapt.samples[slot])
+    return adapt._replace(samples=adapt.samples.at[slot].set(row))
+
+
+def L_from_ess(samples, step_size, schedule: Schedule, ess_fn) -> jax.Array:
+    """``L_factor * step_size * mean_i(n3 / ESS_i)`` from the stored Phase III samples."""
+    ess = ess_fn(samples)
+    return schedule.L_factor * step_size * jnp.mean(schedule.num_phase3 / ess)

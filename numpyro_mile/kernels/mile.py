@@ -1,0 +1,388 @@
+"""MILE: Microcanonical Langevin Ensembles as a NumPyro MCMC kernel.
+
+Per chain: (1) a deep-ensemble member is trained with optax (unless ``init_params`` are given),
+(2) MCLMC is tuned over NumPyro's ``num_warmup`` steps in three phases
+(:mod:`numpyro_mile.adaptation`), (3) samples are drawn with the chain's tuned step size and L.
+Chains never interact. Reference: Sommer et al., "Microcanonical Langevin Ensembles: Advancing
+the Sampling of Bayesian Neural Networks", ICLR 2025.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.mcmc import MCMCKernel
+from numpyro.infer.util import initialize_model
+from numpyro.util import is_prng_key
+
+from .. import _model_utils as mu
+from .. import adaptation
+from .. import mclmc
+from ..ensemble import DeepEnsemble, fit_members
+
+
+class MILEState(NamedTuple):
+    """State of one MILE chain (in ``vectorized`` mode every field but ``i`` has a chain axis).
+
+    :ivar i: iteration counter (scalar, shared by all chains); ``i < num_warmup`` is tuning.
+    :ivar dynamics: BlackJAX MCLMC state (position, unit momentum, log density and its gradient).
+    :ivar step_size: current step size.
+    :ivar L: current momentum decoherence length.
+    :ivar adapt: tuning statistics (:class:`numpyro_mile.adaptation.AdaptationState`).
+    :ivar energy_change: energy change of the last step.
+    :ivar num_nans: number of steps rejected so far because they produced NaN or inf.
+    :ivar rng_key: PRNG key of the chain.
+    """
+
+    i: jax.Array
+    dynamics: mclmc.IntegratorState
+    step_size: jax.Array
+    L: jax.Array
+    adapt: adaptation.AdaptationState
+    energy_change: jax.Array
+    num_nans: jax.Array
+    rng_key: jax.Array
+
+    @property
+    def z(self) -> dict:
+        """Unconstrained position (NumPyro's ``sample_field``)."""
+        return self.dynamics.position
+
+    @property
+    def potential_energy(self) -> jax.Array:
+        """NumPyro potential energy (negative log density) at ``z``."""
+        return -self.dynamics.logdensity
+
+
+class CostEstimate(NamedTuple):
+    """Predicted cost of a MILE run (pretraining excluded).
+
+    :ivar num_grad_evals: gradient evaluations of all chains together.
+    :ivar seconds_per_step: measured wall time of one vectorized gradient evaluation of all chains, x2.
+    :ivar predicted_seconds: ``seconds_per_step * (num_warmup + num_samples)``.
+    """
+
+    num_grad_evals: int
+    seconds_per_step: float
+    predicted_seconds: float
+
+
+_WARNED_NAN = "MILE rejected {} sampling step(s) at iteration {} because the energy became NaN or infinite"
+
+
+def _warn_nan(count, iteration):
+    warnings.warn(
+        _WARNED_NAN.format(int(count), int(iteration)) + "; the chain stayed at its previous position. "
+        "The tuned step size may be too large for this region: see the 'num_nans' extra field, and "
+        "consider a lower target_energy_variance.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+class MILE(MCMCKernel):
+    """Microcanonical Langevin Ensembles (MILE) for NumPyro.
+
+    Each chain starts from one deep-ensemble member (trained here with optax when ``init_params``
+    are not given), tunes MCLMC's step size and momentum decoherence length L during NumPyro's
+    ``num_warmup`` steps in three phases, and then samples with its tuned values. Every step costs
+    exactly two gradient evaluations, so the cost of a run is known before it starts
+    (:meth:`num_grad_evals`, :meth:`estimate_cost`).
+
+    .. note:: MILE's default final energy-variance target (0.1 per dimension) is a choice for BNN
+        predictive performance, not for exact moments: it leaves a small step-size bias. For
+        exact sampling of simple targets use a small target, e.g.
+        ``target_energy_variance=(5e-4, 5e-4)`` (BlackJAX's default).
+
+    :param model: a NumPyro model with continuous latent sites and no subsample plate.
+    :param pretrain: train a deep ensemble (one member per chain) as initialisation when no
+        ``init_params`` are given and the model has a plate named ``"data"``; otherwise start from
+        ``init_strategy`` (after ``map_steps`` steps of Adam on the potential, if > 0).
+    :param ensemble_options: keyword arguments of :func:`numpyro_mile.deep_ensemble`
+        (``optimizer``, ``batch_size``, ``max_epochs``, ``patience``, ``validation``, ...).
+    :param phase_split: fractions of ``num_warmup`` spent in Phases I, II and III.
+    :param target_energy_variance: (start, end) of the energy variance per dimension targeted by
+        the step-size adaptation; it falls linearly over Phases I+II.
+    :param n_eff: effective window (in steps) of the step-size averages.
+    :param trust: width of the weighting of step-size estimates in log space (in units of 6).
+    :param L_factor: factor of Phase III's ESS-based L (0.4).
+    :param initial_step_size: starting step size (the pretraining learning rate, 1e-3).
+    :param initial_L: starting L; default ``max(sqrt(d), 15)``.
+    :param ess_num_coords: at most this many randomly chosen coordinates enter Phase III's ESS.
+    :param max_stored_samples: at most this many Phase III positions are stored per chain (thinned).
+    :param init_strategy: NumPyro init strategy when not pretraining.
+    :param map_steps: Adam steps on the potential before tuning, when not pretraining.
+    :param map_learning_rate: learning rate of those Adam steps.
+
+    **Example**
+
+    .. doctest::
+
+        >>> import jax
+        >>> from numpyro.infer import MCMC
+        >>> from numpyro_mile import MILE
+        >>> from numpyro_mile.datasets import toy_regression
+        >>> from numpyro_mile.models import mlp_regression
+        >>> X, y = toy_regression(100)
+        >>> kernel = MILE(mlp_regression, ensemble_options=dict(max_epochs=20, progress_bar=False))
+        >>> mcmc = MCMC(kernel, num_warmup=200, num_samples=50, num_chains=2,
+        ...             chain_method="vectorized", progress_bar=False)
+        >>> mcmc.run(jax.random.PRNGKey(0), X, y)
+        >>> mcmc.get_samples()["w0"].shape
+        (100, 1, 16)
+    """
+
+    sample_field = "z"
+
+    def __init__(
+        self,
+        model: Callable,
+        *,
+        pretrain: bool = True,
+        ensemble_options: dict | None = None,
+        phase_split: tuple[float, float, float] = (0.8, 0.1, 0.1),
+        target_energy_variance: tuple[float, float] = (0.5, 0.1),
+        n_eff: float = 100.0,
+        trust: float = 1.5,
+        L_factor: float = 0.4,
+        initial_step_size: float = 1e-3,
+        initial_L: float | None = None,
+        ess_num_coords: int = 2000,
+        max_stored_samples: int = 1000,
+        init_strategy: Callable = init_to_uniform,
+        map_steps: int = 0,
+        map_learning_rate: float = 1e-2,
+    ):
+        if model is None or not callable(model):
+            raise ValueError("MILE needs a NumPyro model (a callable), e.g. MILE(mlp_regression).")
+        self._model = model
+        self.pretrain = pretrain
+        self.ensemble_options = dict(ensemble_options or {})
+        self.phase_split = tuple(phase_split)
+        self.target_energy_variance = tuple(target_energy_variance)
+        self.n_eff, self.trust, self.L_factor = n_eff, trust, L_factor
+        self.initial_step_size, self.initial_L = initial_step_size, initial_L
+        self.ess_num_coords, self.max_stored_samples = ess_num_coords, max_stored_samples
+        self.init_strategy = init_strategy
+        self.map_steps, self.map_learning_rate = map_steps, map_learning_rate
+        #: deep ensembles trained by ``init`` (one entry per call: all chains when vectorized)
+        self.ensembles: list[DeepEnsemble] = []
+        self._potential_fn_gen = None
+        self._postprocess_fn_gen = None
+        self._schedule = None
+        self._coords = None
+        self._batched = False
+        self._num_warmup = None
+
+    # ------------------------------------------------------------------ NumPyro interface
+    @property
+    def model(self) -> Callable:
+        return self._model
+
+    @property
+    def default_fields(self) -> tuple[str, ...]:
+        return ("z",)
+
+    @property
+    def is_ensemble_kernel(self) -> bool:
+        return False
+
+    def get_diagnostics_str(self, state: MILEState) -> str:
+        return "step size {:.2e}. L {:.2e}. nans {}".format(
+            float(jnp.mean(state.step_size)), float(jnp.mean(state.L)), int(jnp.sum(state.num_nans))
+        )
+
+    def postprocess_fn(self, args, kwargs):
+        if self._postprocess_fn_gen is None:
+            return lambda z: z
+        return self._postprocess_fn_gen(*args, **kwargs)
+
+    def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
+        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+        self._batched = not is_prng_key(rng_key)
+        keys = rng_key if self._batched else rng_key[None]
+        num_chains = keys.shape[0]
+        self._schedule = adaptation.make_schedule(
+            num_warmup, phase_split=self.phase_split, target_energy_variance=self.target_energy_variance,
+            n_eff=self.n_eff, trust=self.trust, L_factor=self.L_factor,
+            max_stored_samples=self.max_stored_samples,
+        )
+        self._num_warmup = num_warmup
+
+        trace = mu.trace_model(self._model, model_args, model_kwargs, keys[0])
+        mu.check_continuous(trace, "MILE")
+        mu.check_full_batch(trace, "MILE")
+        chain_keys = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
+        pretrain_keys, init_keys, state_keys = chain_keys[:, 0], chain_keys[:, 1], chain_keys[:, 2]
+        model_info = initialize_model(
+            init_keys if self._batched else init_keys[0], self._model, init_strategy=self.init_strategy,
+            dynamic_args=True, model_args=model_args, model_kwargs=model_kwargs,
+        )
+        self._potential_fn_gen = model_info.potential_fn
+        self._postprocess_fn_gen = model_info.postprocess_fn
+        potential_fn = self._potential_fn_gen(*model_args, **model_kwargs)
+
+        if init_params is None:
+            if self.pretrain and mu.DATA_PLATE in mu.plates(trace):
+                options = {"progress_bar": True, **self.ensemble_options}
+                ensemble = fit_members(self._model, pretrain_keys, model_args, model_kwargs, **options)
+                self.ensembles.append(ensemble)
+                init_params = ensemble.init_params
+            else:
+                init_params = model_info.param_info.z
+                if not self._batched:
+                    init_params = jax.tree.map(lambda x: x[None], init_params)
+                if self.map_steps > 0:
+                    init_params = jax.vmap(self._map_optimise, (0, None))(init_params, potential_fn)
+        else:
+            init_params = self._check_init_params(init_params, trace, num_chains)
+
+        flat, _ = ravel_pytree(jax.tree.map(lambda x: x[0], init_params))
+        dim = int(flat.shape[0])
+        if dim < 2:
+            raise ValueError("MILE (MCLMC) needs at least 2 latent dimensions; use NUTS for a 1-d model.")
+        if dim > self.ess_num_coords:
+            self._coords = np.sort(np.random.default_rng(0).choice(dim, self.ess_num_coords, replace=False))
+        else:
+            self._coords = None
+        initial_L = self.initial_L if self.initial_L is not None else max(np.sqrt(dim), 15.0)
+        dim_stored = dim if self._coords is None else len(self._coords)
+
+        def init_chain(params, key):
+            momentum_key, key = jax.random.split(key)
+            dynamics = mclmc.init(params, potential_fn, momentum_key)
+            return MILEState(
+                i=jnp.asarray(0),
+                dynamics=dynamics,
+                step_size=jnp.asarray(self.initial_step_size, dtype=flat.dtype),
+                L=jnp.asarray(initial_L, dtype=flat.dtype),
+                adapt=adaptation.init(dim_stored, dim, self._schedule),
+                energy_change=jnp.zeros((), flat.dtype),
+                num_nans=jnp.asarray(0),
+                rng_key=key,
+            )
+
+        state = jax.vmap(init_chain, out_axes=self._state_axes())(init_params, state_keys)
+        if not self._batched:
+            state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
+        return state
+
+    def sample(self, state: MILEState, model_args, model_kwargs) -> MILEState:
+        potential_fn = self._potential_fn_gen(*model_args, **(model_kwargs or {}))
+        return self._step(state, potential_fn)
+
+    # ------------------------------------------------------------------ cost
+    @staticmethod
+    def num_grad_evals(num_warmup: int, num_samples: int, num_chains: int = 1, thinning: int = 1) -> int:
+        """Gradient evaluations of a run (pretraining excluded): 2 per step, plus 1 per chain at init.
+
+        ``thinning`` does not change the cost: every step is taken, only every ``thinning``-th kept.
+        """
+        return num_chains * (mclmc.GRAD_EVALS_PER_STEP * (num_warmup + num_samples) + 1)
+
+    def estimate_cost(self, rng_key, *model_args, num_warmup: int, num_samples: int, num_chains: int = 1,
+                      repeats: int = 20, **model_kwargs) -> CostEstimate:
+        """Time one vectorized gradient evaluation of ``num_chains`` chains and predict the run's cost."""
+        info = initialize_model(jax.random.split(rng_key, num_chains), self._model, init_strategy=self.init_strategy,
+                                model_args=model_args, model_kwargs=model_kwargs)
+        grad = jax.jit(jax.vmap(jax.value_and_grad(info.potential_fn)))
+        z = info.param_info.z
+        jax.block_until_ready(grad(z))
+        start = time.perf_counter()
+        for _ in range(repeats):
+            out = grad(z)
+        jax.block_until_ready(out)
+        per_step = mclmc.GRAD_EVALS_PER_STEP * (time.perf_counter() - start) / repeats
+        return CostEstimate(self.num_grad_evals(num_warmup, num_samples, num_chains), per_step,
+                            per_step * (num_warmup + num_samples))
+
+    # ------------------------------------------------------------------ internals
+    def _state_axes(self) -> MILEState:
+        return MILEState(None, 0, 0, 0, 0, 0, 0, 0)
+
+    def _check_init_params(self, init_params, trace, num_chains):
+        sites = mu.latent_sites(trace)
+        if not isinstance(init_params, dict) or set(init_params) != set(sites):
+            got = sorted(init_params) if isinstance(init_params, dict) else type(init_params).__name__
+            raise ValueError(
+                f"init_params must be a dict with one unconstrained array per latent site {sorted(sites)}, "
+                f"got {got}. Use deep_ensemble(...).init_params or initialize_model(...).param_info.z."
+            )
+        lead = (num_chains,) if self._batched else ()
+        for name, site in sites.items():
+            expected = lead + tuple(jnp.shape(site["value"]))
+            if tuple(jnp.shape(init_params[name])) != expected:
+                raise ValueError(
+                    f"init_params[{name!r}] has shape {tuple(jnp.shape(init_params[name]))}, expected {expected} "
+                    "(a leading axis of size num_chains, then the site's shape)."
+                )
+        init_params = {k: jnp.asarray(v) for k, v in init_params.items()}
+        return init_params if self._batched else jax.tree.map(lambda x: x[None], init_params)
+
+    def _map_optimise(self, params, potential_fn):
+        optimizer = optax.adam(self.map_learning_rate)
+
+        def body(carry, _):
+            p, opt_state = carry
+            grads = jax.grad(potential_fn)(p)
+            updates, opt_state = optimizer.update(grads, opt_state, p)
+            return (optax.apply_updates(p, updates), opt_state), None
+
+        (params, _), _ = jax.lax.scan(body, (params, optimizer.init(params)), None, length=self.map_steps)
+        return params
+
+    def _chain_step(self, state: MILEState, potential_fn) -> MILEState:
+        """One step of one chain; ``state.i`` is the (shared) iteration counter."""
+        schedule = self._schedule
+        i = state.i
+        key, step_key = jax.random.split(state.rng_key)
+        dynamics, info = mclmc.step(step_key, state.dynamics, potential_fn, state.L, state.step_size)
+        flat, _ = ravel_pytree(dynamics.position)
+        dim = flat.shape[0]
+
+        tuning = i < schedule.num_phase1 + schedule.num_phase2
+        target = adaptation.target_energy_variance(i, schedule)
+        new_step_size, adapt = adaptation.update_step_size(
+            state.adapt, state.step_size, info.energy_change, info.finite, dim, target, schedule
+        )
+        adapt = jax.tree.map(lambda a, b: jnp.where(tuning, a, b), adapt, state.adapt)
+        step_size = jnp.where(tuning, new_step_size, state.step_size)
+
+        in_phase2 = tuning & (i >= schedule.num_phase1)
+        adapt = adaptation.accumulate_moments(adapt, flat, state.step_size, in_phase2 & info.finite)
+        end_of_phase2 = i == schedule.num_phase1 + schedule.num_phase2 - 1
+        L = jnp.where(end_of_phase2, adaptation.L_from_moments(adapt), state.L)
+
+        stored = flat if self._coords is None else flat[self._coords]
+        adapt = adaptation.record_sample(adapt, stored, i - schedule.num_phase1 - schedule.num_phase2, schedule)
+        return MILEState(i + 1, dynamics, step_size, L, adapt, info.energy_change,
+                         state.num_nans + jnp.where(info.finite, 0, 1), key)
+
+    def _finish_tuning(self, state: MILEState) -> MILEState:
+        L = adaptation.L_from_ess(state.adapt.samples, state.step_size, self._schedule, mclmc.ess)
+        return state._replace(L=L)
+
+    def _step(self, state: MILEState, potential_fn) -> MILEState:
+        axes = self._state_axes()
+        chain_step = lambda s: self._chain_step(s, potential_fn)  # noqa: E731
+        finish = self._finish_tuning
+        if self._batched:
+            chain_step = jax.vmap(chain_step, in_axes=(axes,), out_axes=axes)
+            finish = jax.vmap(finish, in_axes=(axes,), out_axes=axes)
+        new_state = chain_step(state)
+        new_state = jax.lax.cond(state.i == self._num_warmup - 1, finish, lambda s: s, new_state)
+        new_nans = jnp.sum(new_state.num_nans - state.num_nans)
+        jax.lax.cond(
+            (state.i >= self._num_warmup) & (new_nans > 0),
+            lambda: jax.debug.callback(_warn_nan, jnp.sum(new_state.num_nans), state.i),
+            lambda: None,
+        )
+        return new_state
