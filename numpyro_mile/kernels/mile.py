@@ -270,7 +270,7 @@ class MILE(MCMCKernel):
                 rng_key=key,
             )
 
-        state = jax.vmap(init_chain, out_axes=self._state_axes())(init_params, state_keys)
+        state = jax.jit(jax.vmap(init_chain, out_axes=self._state_axes()))(init_params, state_keys)
         if not self._batched:
             state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
         return state

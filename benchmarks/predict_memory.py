@@ -1,0 +1,224 @@
+"""Peak memory of posterior prediction: streamed (numpyro_mile.predictive) vs. Predictive.
+
+Setting: 12,000 posterior samples of ``mlp_regression`` with 13 features and hidden layers
+(16, 16) (530 parameters), predicted on 10,000 test points. Every mode runs in a fresh
+subprocess and reports its peak resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``)
+and wall time, compile included:
+
+* ``setup``: imports, data and samples only (the floor of every other mode);
+* ``moments``: ``predict(..., reduce="moments", batch_size=200)``;
+* ``per_sample``: ``predict(..., batch_size=200)`` keeping the ``(S, N)`` outputs;
+* ``log_likelihood``: streamed ``log_likelihood(..., batch_size=200)``, ``(S, N)`` result;
+* ``predictive``: ``numpyro.infer.Predictive(model, samples)(key, X_test)`` on all samples
+  at once (eager, as usually called), at several sample counts; the subprocess runs under
+  a data-segment limit (``RLIMIT_DATA``) so that it fails rather than
+  exhausting the machine.
+
+Usage::
+
+    python benchmarks/predict_memory.py                    # all modes, writes the report
+    python benchmarks/predict_memory.py --mode moments     # one mode, prints JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+NUM_SAMPLES = 12_000
+NUM_TEST = 10_000
+NUM_FEATURES = 13
+HIDDEN = (16, 16)
+BATCH_SIZE = 200
+#: data limit of the unchunked Predictive subprocesses, GiB
+PREDICTIVE_LIMIT_GIB = 12
+PREDICTIVE_SAMPLES = (1_000, 3_000, NUM_SAMPLES)
+
+REPORT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "predict_memory.md"
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # kB on Linux
+
+
+def _setup(num_samples: int):
+    import numpy as np
+
+    from numpyro_mile.models.mlp import layer_shapes
+
+    rng = np.random.default_rng(0)
+    X_test = rng.normal(size=(NUM_TEST, NUM_FEATURES)).astype(np.float32)
+    shapes = layer_shapes(NUM_FEATURES, HIDDEN, 2)
+    samples = {
+        name: (0.3 * rng.normal(size=(num_samples, *shape))).astype(np.float32) for name, shape in shapes.items()
+    }
+    num_params = sum(int(np.prod(shape)) for shape in shapes.values())
+    return X_test, samples, num_params
+
+
+def run_mode(mode: str, num_samples: int) -> dict:
+    import jax
+    import numpy as np
+    from numpyro.infer import Predictive
+
+    from numpyro_mile.models import mlp_regression
+    from numpyro_mile.predictive import log_likelihood, predict
+
+    X_test, samples, num_params = _setup(num_samples)
+    key = jax.random.PRNGKey(0)
+    setup_mib = _peak_mib()
+    start = time.perf_counter()
+    if mode == "setup":
+        kept = 0
+    elif mode == "moments":
+        out = predict(mlp_regression, samples, X_test, batch_size=BATCH_SIZE, reduce="moments", rng_key=key,
+                      hidden=HIDDEN)
+        kept = sum(m.mean.nbytes + m.var.nbytes for m in out.values())
+    elif mode == "per_sample":
+        out = predict(mlp_regression, samples, X_test, batch_size=BATCH_SIZE, rng_key=key, hidden=HIDDEN)
+        kept = sum(v.nbytes for v in out.values())
+    elif mode == "log_likelihood":
+        y_test = np.zeros(NUM_TEST, np.float32)
+        out = log_likelihood(mlp_regression, samples, X_test, y_test, batch_size=BATCH_SIZE, hidden=HIDDEN)
+        kept = sum(v.nbytes for v in out.values())
+    elif mode == "predictive":
+        out = Predictive(mlp_regression, samples)(key, X_test, hidden=HIDDEN)
+        out = {k: np.asarray(v) for k, v in out.items()}
+        kept = sum(v.nbytes for v in out.values())
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+    seconds = time.perf_counter() - start
+    return {
+        "mode": mode,
+        "num_samples": num_samples,
+        "num_params": num_params,
+        "setup_peak_mib": setup_mib,
+        "peak_mib": _peak_mib(),
+        "result_mib": kept / 2**20,
+        "seconds": seconds,
+        "ok": True,
+    }
+
+
+def _child(mode: str, num_samples: int, limit_gib: float | None) -> dict:
+    cmd = [sys.executable, __file__, "--mode", mode, "--num-samples", str(num_samples)]
+    if limit_gib:
+        cmd += ["--limit-gib", str(limit_gib)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return {"mode": mode, "num_samples": num_samples, "ok": False, "error": f"exit {proc.returncode}: {tail[:200]}",
+            "limit_gib": limit_gib}
+
+
+def _machine() -> str:
+    import jax
+    import numpyro
+
+    cpu = platform.processor() or platform.machine()
+    model_name = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model_name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kib / 2**20:.0f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    return (
+        f"`platform.processor()` = `{cpu}`{f' ({model_name})' if model_name else ''}, "
+        f"{os.cpu_count()} cores{mem}; Python {platform.python_version()}, jax {jax.__version__} "
+        f"(backend {jax.default_backend()}), numpyro {numpyro.__version__}"
+    )
+
+
+def _fmt(row: dict, floor: float) -> str:
+    label = {
+        "setup": "imports, data, samples only",
+        "moments": f"`predict(reduce=\"moments\", batch_size={BATCH_SIZE})`",
+        "per_sample": f"`predict(batch_size={BATCH_SIZE})`, all `(S, N)` outputs kept",
+        "log_likelihood": f"`log_likelihood(batch_size={BATCH_SIZE})`, `(S, N)` kept",
+        "predictive": "`numpyro.infer.Predictive`, all samples at once",
+    }[row["mode"]]
+    if not row["ok"]:
+        return (f"| {label} | {row['num_samples']:,} | failed above the {row['limit_gib']} GiB data limit "
+                f"(`{row['error']}`) | – | – | – |")
+    extra = row["peak_mib"] - floor
+    return (f"| {label} | {row['num_samples']:,} | {row['peak_mib']:,.0f} | {extra:,.0f} | "
+            f"{row['result_mib']:,.1f} | {row['seconds']:.1f} |")
+
+
+def main_all(output: Path) -> None:
+    rows = [_child(m, NUM_SAMPLES, None) for m in ("setup", "moments", "per_sample", "log_likelihood")]
+    rows += [_child("predictive", s, PREDICTIVE_LIMIT_GIB) for s in PREDICTIVE_SAMPLES]
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    floor = rows[0]["peak_mib"]
+    num_params = rows[0]["num_params"]
+    lines = [
+        "# Peak memory of posterior prediction",
+        "",
+        f"Generated by `python benchmarks/predict_memory.py` on {time.strftime('%Y-%m-%d')}.",
+        "",
+        f"Machine: {_machine()}.",
+        "",
+        f"Model: `mlp_regression` with {NUM_FEATURES} features and hidden layers {HIDDEN} "
+        f"({num_params} parameters); {NUM_SAMPLES:,} posterior samples (float32, "
+        f"{NUM_SAMPLES * num_params * 4 / 2**20:.0f} MiB); {NUM_TEST:,} test points. "
+        "Outputs per sample: `mu`, `sigma` and a `y` draw, each `(S, N)`.",
+        "",
+        "Each row is a fresh subprocess; *peak RSS* is `resource.getrusage(RUSAGE_SELF).ru_maxrss`, "
+        "*above setup* subtracts the peak of the setup-only process, *result* is the size of the "
+        "returned arrays, time includes compilation. Unchunked `Predictive` runs under an "
+        f"`RLIMIT_DATA` of {PREDICTIVE_LIMIT_GIB} GiB so that it fails instead of exhausting the machine.",
+        "",
+        "| mode | samples | peak RSS (MiB) | above setup (MiB) | result (MiB) | time (s) |",
+        "|---|---:|---:|---:|---:|---:|",
+        *[_fmt(row, floor) for row in rows],
+        "",
+        "With `reduce=\"moments\"` the memory above setup is one chunk of the computation "
+        f"({BATCH_SIZE} samples x {NUM_TEST:,} points x 16 hidden units per layer, about "
+        f"{BATCH_SIZE * NUM_TEST * 16 * 4 / 2**20:.0f} MiB per float32 activation) and does not grow with the "
+        "number of samples; keeping every sample's output costs the result plus one chunk. The unchunked "
+        "`Predictive` materialises the `(S, N, 16)` hidden activations of all samples "
+        f"({NUM_SAMPLES * NUM_TEST * 16 * 4 / 2**30:.1f} GiB each at {NUM_SAMPLES:,} samples), "
+        "so its peak grows linearly in `S`.",
+        "",
+    ]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text("\n".join(lines))
+    print(f"wrote {output}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=["setup", "moments", "per_sample", "log_likelihood", "predictive"])
+    parser.add_argument("--num-samples", type=int, default=NUM_SAMPLES)
+    parser.add_argument("--limit-gib", type=float, default=None, help="RLIMIT_DATA of this process (GiB)")
+    parser.add_argument("--output", type=Path, default=REPORT)
+    args = parser.parse_args()
+    if args.mode is None:
+        main_all(args.output)
+        return
+    if args.limit_gib:
+        limit = int(args.limit_gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    print(json.dumps(run_mode(args.mode, args.num_samples)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

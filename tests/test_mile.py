@@ -1,0 +1,218 @@
+"""MILE kernel: exactness on known targets, cost, reproducibility and errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import MCMC
+
+from numpyro_mile import MILE, deep_ensemble
+from numpyro_mile.datasets import toy_regression
+from numpyro_mile.diagnostics import ess
+from numpyro_mile.models import mlp_regression
+
+Z = 5.0  # tolerance in Monte Carlo standard errors (many coordinates are checked at once)
+
+
+def check_moments(samples, true_mean, true_var, z=Z):
+    """Assert sample mean and variance of every coordinate within z Monte Carlo standard errors.
+
+    ``samples``: (chains, draws, d). The standard error of the mean uses the ESS of x, that of the
+    variance the ESS of (x - mean)^2 and the variance of (x - mean)^2 estimated from the samples.
+    """
+    samples = np.asarray(samples, dtype=np.float64)
+    mean = samples.mean((0, 1))
+    sq = (samples - true_mean) ** 2
+    var = sq.mean((0, 1))
+    ess_x, ess_sq = np.asarray(ess(samples)), np.asarray(ess(sq))
+    z_mean = (mean - true_mean) / np.sqrt(true_var / ess_x)
+    z_var = (var - true_var) / np.sqrt(sq.reshape(-1, sq.shape[-1]).var(0) / ess_sq)
+    assert np.all(np.abs(z_mean) < z), f"means off by {np.abs(z_mean).max():.1f} standard errors"
+    assert np.all(np.abs(z_var) < z), f"variances off by {np.abs(z_var).max():.1f} standard errors"
+    return z_mean, z_var
+
+
+def run(model, *args, num_warmup, num_samples, num_chains=4, seed=0, extra_fields=(), chain_method="vectorized",
+        **kernel_kwargs):
+    mcmc = MCMC(MILE(model, **kernel_kwargs), num_warmup=num_warmup, num_samples=num_samples,
+                num_chains=num_chains, chain_method=chain_method, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(seed), *args, extra_fields=extra_fields)
+    return mcmc
+
+
+SCALES = np.logspace(-1, 1, 100)  # two decades
+
+
+def gaussian_100d():
+    numpyro.sample("x", dist.Normal(0.0, SCALES))
+
+
+def test_100d_gaussian_moments_and_energy_variance():
+    target = 1e-5
+    mcmc = run(gaussian_100d, num_warmup=4000, num_samples=8000, target_energy_variance=(target, target),
+               extra_fields=("energy_change",))
+    check_moments(mcmc.get_samples(group_by_chain=True)["x"], 0.0, SCALES**2)
+    energy_variance = np.mean(np.asarray(mcmc.get_extra_fields()["energy_change"]) ** 2) / SCALES.size
+    assert target / 2 < energy_variance < 2 * target
+
+
+def correlated_2d():
+    cov = jnp.array([[1.0, 0.9], [0.9, 1.0]])
+    numpyro.sample("x", dist.MultivariateNormal(jnp.array([1.0, -2.0]), covariance_matrix=cov))
+
+
+def banana():
+    x1 = numpyro.sample("x1", dist.Normal(0.0, 1.0))
+    numpyro.sample("x2", dist.Normal(0.5 * (x1**2 - 1.0), 1.0))
+
+
+def test_correlated_gaussian_moments():
+    mcmc = run(correlated_2d, num_warmup=2000, num_samples=8000, target_energy_variance=(1e-4, 1e-4))
+    x = mcmc.get_samples(group_by_chain=True)["x"]
+    check_moments(x, np.array([1.0, -2.0]), np.array([1.0, 1.0]))
+    flat = np.asarray(x).reshape(-1, 2)
+    assert abs(np.corrcoef(flat.T)[0, 1] - 0.9) < 0.03
+
+
+def test_banana_moments():
+    mcmc = run(banana, num_warmup=2000, num_samples=8000, target_energy_variance=(1e-4, 1e-4))
+    s = mcmc.get_samples(group_by_chain=True)
+    x = np.stack([s["x1"], s["x2"]], -1)
+    # x1 ~ N(0, 1); x2 | x1 ~ N(0.5 (x1^2 - 1), 1): E x2 = 0, Var x2 = 1 + 0.25 * 2
+    check_moments(x, np.zeros(2), np.array([1.0, 1.5]))
+
+
+class GradCounter:
+    """A potential term whose every gradient evaluation is counted on the host."""
+
+    def __init__(self):
+        self.count = 0
+
+        @jax.custom_vjp
+        def f(x):
+            return jnp.sum(x**2)
+
+        def fwd(x):
+            return f(x), x
+
+        def bwd(x, g):
+            jax.debug.callback(self._tick)
+            return (2 * x * g,)
+
+        f.defvjp(fwd, bwd)
+        self.f = f
+
+    def _tick(self):
+        self.count += 1
+
+    def model(self):
+        x = numpyro.sample("x", dist.Normal(0.0, 10.0).expand([3]))
+        numpyro.factor("quad", -0.5 * self.f(x))
+
+
+def test_exactly_two_gradient_evaluations_per_step():
+    counts = {}
+    for steps in (200, 300):
+        counter = GradCounter()
+        mcmc = MCMC(MILE(counter.model), num_warmup=100, num_samples=steps - 100, progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(0))
+        jax.effects_barrier()
+        counts[steps] = counter.count
+    assert counts[300] - counts[200] == 2 * 100
+    assert MILE.num_grad_evals(100, 200, num_chains=1) == 2 * 300 + 1
+
+
+@pytest.fixture(scope="module")
+def toy_ensemble():
+    X, y = toy_regression(60, seed=1)
+    de = deep_ensemble(mlp_regression, jax.random.PRNGKey(3), 2, X, y, hidden=(4,), max_epochs=30, progress_bar=False)
+    return X, y, de
+
+
+def test_same_key_same_samples_and_chain_methods_agree(toy_ensemble):
+    X, y, de = toy_ensemble
+    # a short run: float32 rounding differences between vmapped and per-chain code grow chaotically
+    kw = dict(num_warmup=20, num_samples=50, num_chains=2)
+    out = {}
+    for name, method in [("v1", "vectorized"), ("v2", "vectorized"), ("seq", "sequential")]:
+        mcmc = MCMC(MILE(mlp_regression, phase_split=(0.4, 0.1, 0.5)), chain_method=method, progress_bar=False, **kw)
+        mcmc.run(jax.random.PRNGKey(0), X, y, hidden=(4,), init_params=de.init_params)
+        out[name] = np.asarray(mcmc.get_samples(group_by_chain=True)["w0"])
+    np.testing.assert_array_equal(out["v1"], out["v2"])
+    np.testing.assert_allclose(out["v1"], out["seq"], rtol=1e-4, atol=1e-4)
+
+
+def test_warmup_then_run_equals_run(toy_ensemble):
+    X, y, de = toy_ensemble
+    kw = dict(num_warmup=100, num_samples=20, num_chains=2, chain_method="vectorized", progress_bar=False)
+    one = MCMC(MILE(mlp_regression), **kw)
+    one.run(jax.random.PRNGKey(0), X, y, hidden=(4,), init_params=de.init_params)
+    two = MCMC(MILE(mlp_regression), **kw)
+    two.warmup(jax.random.PRNGKey(0), X, y, hidden=(4,), init_params=de.init_params)
+    two.run(two.post_warmup_state.rng_key, X, y, hidden=(4,))
+    np.testing.assert_allclose(one.get_samples()["w0"], two.get_samples()["w0"], rtol=1e-5)
+
+
+def test_nan_during_sampling_is_rejected_counted_and_warned():
+    def model(trap=False):
+        x = numpyro.sample("x", dist.Normal(0.0, 1.0).expand([2]))
+        # with trap=True the density is NaN on half of the space the chain has been tuned on
+        numpyro.factor("trap", jnp.where(trap & (x[0] > 0.0), jnp.nan, 0.0))
+
+    mcmc = MCMC(MILE(model), num_warmup=200, num_samples=300, progress_bar=False)
+    mcmc.warmup(jax.random.PRNGKey(0), trap=False)
+    with pytest.warns(RuntimeWarning, match="NaN or infinite"):
+        mcmc.run(jax.random.PRNGKey(1), trap=True, extra_fields=("num_nans",))
+        jax.effects_barrier()
+    x = np.asarray(mcmc.get_samples()["x"])
+    assert np.all(np.isfinite(x))
+    assert np.all(x[x[:, 0] > 0.0][:, 0] == x[0, 0])  # only the starting point may lie in the trap
+    assert int(mcmc.get_extra_fields()["num_nans"][-1]) > 0
+
+
+def test_tuned_parameters_are_exposed(toy_ensemble):
+    X, y, de = toy_ensemble
+    mcmc = MCMC(MILE(mlp_regression), num_warmup=100, num_samples=5, num_chains=2, progress_bar=False,
+                chain_method="vectorized")
+    mcmc.run(jax.random.PRNGKey(0), X, y, hidden=(4,), init_params=de.init_params, extra_fields=("step_size", "L"))
+    state = mcmc.last_state
+    assert state.step_size.shape == (2,) and state.L.shape == (2,)
+    np.testing.assert_allclose(mcmc.get_extra_fields(group_by_chain=True)["L"][:, -1], state.L)
+    assert np.all(np.asarray(state.step_size) != 1e-3)  # tuned away from the initial value
+
+
+# ----------------------------------------------------------------------------- errors
+def test_error_discrete_latent_site():
+    def model():
+        numpyro.sample("k", dist.Bernoulli(0.5))
+        numpyro.sample("x", dist.Normal(0.0, 1.0).expand([2]))
+
+    with pytest.raises(ValueError, match=r"discrete latent site\(s\) \['k'\]"):
+        MCMC(MILE(model), num_warmup=100, num_samples=1, progress_bar=False).run(jax.random.PRNGKey(0))
+
+
+def test_error_subsample_plate():
+    X, y = toy_regression(40)
+    with pytest.raises(ValueError, match="full-batch kernel.*SGLD"):
+        MCMC(MILE(mlp_regression), num_warmup=100, num_samples=1, progress_bar=False).run(
+            jax.random.PRNGKey(0), X, y, subsample_size=8)
+
+
+def test_error_num_warmup_too_small():
+    with pytest.raises(ValueError, match="num_warmup=50 is too small"):
+        MCMC(MILE(gaussian_100d), num_warmup=50, num_samples=1, progress_bar=False).run(jax.random.PRNGKey(0))
+
+
+def test_error_init_params(toy_ensemble):
+    X, y, de = toy_ensemble
+    mcmc = MCMC(MILE(mlp_regression), num_warmup=100, num_samples=1, num_chains=2, progress_bar=False,
+                chain_method="vectorized")
+    bad = dict(de.init_params)
+    bad.pop("b1")
+    with pytest.raises(ValueError, match="one unconstrained array per latent site"):
+        mcmc.run(jax.random.PRNGKey(0), X, y, hidden=(4,), init_params=bad)
+    bad = {k: v[:, None] for k, v in de.init_params.items()}
+    with pytest.raises(ValueError, match=r"init_params\['w0'\] has shape"):
+        mcmc.run(jax.random.PRNGKey(0), X, y, hidden=(4,), init_params=bad)

@@ -1,0 +1,161 @@
+"""Chunked prediction and log-likelihood against NumPyro's all-at-once versions."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import jax
+import numpy as np
+import pytest
+from numpyro.infer import Predictive
+from numpyro.infer.util import log_likelihood as numpyro_log_likelihood
+
+from numpyro_mile import predictive as P
+from numpyro_mile.models import mlp_classification, mlp_regression
+
+HIDDEN = (4,)
+NUM_SAMPLES = 23
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 2)).astype(np.float32)
+    y = (X[:, 0] - 0.5 * X[:, 1] + 0.1 * rng.normal(size=30)).astype(np.float32)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def samples(data):
+    """Prior draws of the weights, scaled down so that sigma stays moderate."""
+    X, _ = data
+    prior = Predictive(mlp_regression, num_samples=NUM_SAMPLES)(jax.random.PRNGKey(1), X, hidden=HIDDEN)
+    return {k: 0.5 * np.asarray(v) for k, v in prior.items() if k[0] in "wb"}
+
+
+@pytest.fixture(scope="module")
+def reference(data, samples):
+    X, _ = data
+    ref = jax.jit(lambda key: Predictive(mlp_regression, samples)(key, X, hidden=HIDDEN))(jax.random.PRNGKey(2))
+    return {k: np.asarray(v) for k, v in ref.items()}
+
+
+@pytest.fixture
+def count_traces(monkeypatch):
+    traces = []
+    monkeypatch.setattr(P, "_on_trace", lambda: traces.append(1))
+    return traces
+
+
+@pytest.mark.parametrize("batch_size", [3, 7, 64])  # non-divisors of 23, and more than 23
+def test_predict_equals_predictive(data, samples, reference, batch_size, count_traces):
+    X, _ = data
+    out = P.predict(mlp_regression, samples, X, batch_size=batch_size, rng_key=jax.random.PRNGKey(2), hidden=HIDDEN)
+    assert len(count_traces) == 1  # one compilation: the last chunk is padded
+    assert sorted(out) == sorted(reference) == ["mu", "sigma", "y"]
+    for name, ref in reference.items():
+        assert isinstance(out[name], np.ndarray)
+        assert out[name].shape == ref.shape == (NUM_SAMPLES, X.shape[0])
+        np.testing.assert_allclose(out[name], ref, rtol=1e-6, atol=1e-6)
+
+
+def test_predict_return_sites_chain_axis_typed_key(data, samples):
+    X, _ = data
+    grouped = {k: v[:22].reshape(2, 11, *v.shape[1:]) for k, v in samples.items()}
+    key = jax.random.key(3)
+    ref = jax.jit(lambda k: Predictive(mlp_regression, grouped, batch_ndims=2, return_sites=["mu", "y"])(
+        k, X, hidden=HIDDEN))(key)
+    out = P.predict(mlp_regression, grouped, X, batch_size=4, return_sites=["mu", "y"], rng_key=key,
+                    chain_axis=True, hidden=HIDDEN)
+    assert sorted(out) == ["mu", "y"]
+    for name in out:
+        assert out[name].shape == (2, 11, X.shape[0])
+        np.testing.assert_allclose(out[name], ref[name], rtol=1e-6, atol=1e-6)
+
+
+def test_moments_equal_numpy(data, samples, reference, count_traces):
+    X, _ = data
+    out = P.predict(mlp_regression, samples, X, batch_size=7, reduce="moments", rng_key=jax.random.PRNGKey(2),
+                    hidden=HIDDEN)
+    assert len(count_traces) == 1
+    for name, ref in reference.items():
+        full = ref.astype(np.float64)
+        assert isinstance(out[name], P.Moments) and out[name].num_samples == NUM_SAMPLES
+        np.testing.assert_allclose(out[name].mean, full.mean(axis=0), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(out[name].var, full.var(axis=0), rtol=1e-4, atol=1e-6)
+
+
+def test_moments_and_log_likelihood_classification(data):
+    X, _ = data
+    labels = (X[:, 0] > 0).astype(np.int32)
+    kwargs = dict(num_classes=3, hidden=HIDDEN)
+    prior = Predictive(mlp_classification, num_samples=9)(jax.random.PRNGKey(5), X, **kwargs)
+    cls_samples = {k: np.asarray(v) for k, v in prior.items() if k[0] in "wb"}
+    full = np.asarray(prior["logits"], dtype=np.float64)  # (9, 30, 3), deterministic given the weights
+    mom = P.predict(mlp_classification, cls_samples, X, batch_size=4, return_sites=["logits"], reduce="moments",
+                    **kwargs)["logits"]
+    assert mom.mean.shape == mom.var.shape == (30, 3)
+    np.testing.assert_allclose(mom.mean, full.mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mom.var, full.var(0), rtol=1e-4, atol=1e-6)
+    ll = P.log_likelihood(mlp_classification, cls_samples, X, labels, batch_size=4, **kwargs)
+    ref = numpyro_log_likelihood(mlp_classification, cls_samples, X, labels, **kwargs)
+    np.testing.assert_allclose(ll["y"], ref["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_log_likelihood_equals_numpyro(data, samples):
+    X, y = data
+    ref = numpyro_log_likelihood(mlp_regression, samples, X, y, hidden=HIDDEN)
+    out = P.log_likelihood(mlp_regression, samples, X, y, batch_size=6, hidden=HIDDEN)
+    assert sorted(out) == ["y"] and out["y"].shape == (NUM_SAMPLES, X.shape[0])
+    np.testing.assert_allclose(out["y"], ref["y"], rtol=1e-6, atol=1e-6)
+
+    grouped = {k: v[:20].reshape(4, 5, *v.shape[1:]) for k, v in samples.items()}
+    by_chain = P.log_likelihood(mlp_regression, grouped, X, y, batch_size=6, chain_axis=True, hidden=HIDDEN)
+    assert by_chain["y"].shape == (4, 5, X.shape[0])
+    np.testing.assert_allclose(by_chain["y"].reshape(20, -1), ref["y"][:20], rtol=1e-6, atol=1e-6)
+
+
+def test_subsample_plate_uses_all_rows(data, samples, reference):
+    X, y = data
+    ref = numpyro_log_likelihood(mlp_regression, samples, X, y, hidden=HIDDEN)["y"]
+    with _no_warning():
+        ll = P.log_likelihood(mlp_regression, samples, X, y, batch_size=8, hidden=HIDDEN, subsample_size=10)
+    assert ll["y"].shape == ref.shape  # every row, not a minibatch of 10
+    np.testing.assert_allclose(ll["y"], ref, rtol=1e-6, atol=1e-6)
+    out = P.predict(mlp_regression, samples, X, batch_size=8, rng_key=jax.random.PRNGKey(2), hidden=HIDDEN,
+                    subsample_size=10)
+    for name in reference:
+        np.testing.assert_allclose(out[name], reference[name], rtol=1e-6, atol=1e-6)
+
+
+def test_full_plate_model_leaves_full_batch_models_alone(data):
+    X, y = data
+    assert P.full_plate_model(mlp_regression, (X, y), {"hidden": HIDDEN}) is mlp_regression
+    wrapped = P.full_plate_model(mlp_regression, (X, y), {"hidden": HIDDEN, "subsample_size": 10})
+    assert wrapped is not mlp_regression and wrapped.__wrapped__ is mlp_regression
+
+
+def test_errors(data, samples):
+    X, y = data
+    with pytest.raises(ValueError, match="batch_size"):
+        P.predict(mlp_regression, samples, X, batch_size=0, hidden=HIDDEN)
+    with pytest.raises(ValueError, match="reduce"):
+        P.predict(mlp_regression, samples, X, reduce="quantiles", hidden=HIDDEN)
+    with pytest.raises(ValueError, match="non-empty dict"):
+        P.predict(mlp_regression, {}, X, hidden=HIDDEN)
+    bad = dict(samples, b0=samples["b0"][:5])
+    with pytest.raises(ValueError, match="different numbers"):
+        P.log_likelihood(mlp_regression, bad, X, y, hidden=HIDDEN)
+    with pytest.raises(ValueError, match="chains, draws"):
+        P.predict(mlp_regression, {"b0": np.zeros(3)}, X, chain_axis=True, hidden=HIDDEN)
+    with pytest.raises(ValueError, match="no observed sample site"):
+        P.log_likelihood(mlp_regression, samples, X, hidden=HIDDEN)
+
+
+@contextlib.contextmanager
+def _no_warning():
+    """Fail on a UserWarning inside the block (the plate substitution must be silent)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        yield
