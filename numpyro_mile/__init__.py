@@ -1,8 +1,10 @@
 """numpyro_mile: MILE, SGLD and ICSGLD kernels for Bayesian neural networks in NumPyro."""
 
+from . import datasets, diagnostics, metrics, models
+from .baselines import bde
 from .ensemble import DeepEnsemble, deep_ensemble
 from .kernels import MILE, MILEState
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["MILE", "MILEState", "DeepEnsemble", "deep_ensemble"]
+__all__ = ["MILE", "MILEState", "DeepEnsemble", "bde", "deep_ensemble", "datasets", "diagnostics", "metrics", "models"]

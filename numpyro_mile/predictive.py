@@ -1,10 +1,11 @@
 """Memory-bounded posterior prediction: the posterior predictive and pointwise log-likelihood
 streamed over chunks of posterior samples.
 
-``numpyro.infer.Predictive`` evaluates the model for all ``S`` posterior samples at once, so
-its peak memory grows with ``S x N`` (samples times test points) for every intermediate
-array of the network. :func:`predict` and :func:`log_likelihood` run the same computation on
-``batch_size`` samples at a time:
+``numpyro.infer.Predictive`` returns an ``(S, ...)`` array per site for all ``S`` posterior
+samples at once (``S x N`` floats per per-observation site), and with ``parallel=True`` it
+also holds every intermediate of the network for all samples at once (``S x N x width``).
+:func:`predict` and :func:`log_likelihood` run the same computation on ``batch_size``
+samples at a time:
 
 * the work per chunk is one jit-compiled function; the last chunk is padded to
   ``batch_size`` (and the padding dropped), so there is exactly one compilation;
@@ -271,6 +272,12 @@ def _stream(
     return outputs
 
 
+def _resolve_parallel(parallel: bool | None) -> bool:
+    if parallel is None:
+        return jax.default_backend() != "cpu"
+    return bool(parallel)
+
+
 def _check_reduce(reduce) -> None:
     if reduce not in _REDUCTIONS:
         raise ValueError(f"reduce must be one of {_REDUCTIONS}, got {reduce!r}.")
@@ -290,6 +297,7 @@ def predict(
     reduce: str | None = None,
     rng_key=None,
     chain_axis: bool = False,
+    parallel: bool | None = None,
     **model_kwargs,
 ) -> dict:
     """Posterior predictive of ``model``, streamed over chunks of ``batch_size`` samples.
@@ -320,6 +328,11 @@ def predict(
     :param chain_axis: ``samples`` have a leading ``(chains, draws)`` pair of axes; they are
         flattened for the computation and restored in the outputs (keys as in
         ``Predictive(..., batch_ndims=2)``).
+    :param parallel: how a chunk is evaluated: ``True`` vectorises the model over the chunk's
+        samples (``vmap``, fastest on GPU), ``False`` loops over them inside the compiled
+        function (``lax.map``: memory of one sample's intermediates, and on CPU often faster,
+        since vectorised activations outgrow the cache); ``None``: ``True`` on GPU/TPU,
+        ``False`` on CPU. Results are the same up to floating-point rounding.
     :param model_kwargs: keyword arguments of the model.
     :returns: dict site -> ``np.ndarray`` of shape ``(S, ...)`` (``(chains, draws, ...)``
         with ``chain_axis``); with ``reduce="moments"`` dict site -> :class:`Moments`.
@@ -346,6 +359,7 @@ def predict(
     flat, batch_shape = _flatten_samples(samples, chain_axis)
     num_samples = math.prod(batch_shape)
     keys = _sample_keys(rng_key, num_samples)
+    parallel = _resolve_parallel(parallel)
     model = full_plate_model(model, model_args, model_kwargs)
     dynamic, rebuild = _split_dynamic(model_args, model_kwargs)
 
@@ -356,7 +370,9 @@ def predict(
             predictive = Predictive(model, posterior_samples=sample, return_sites=return_sites, batch_ndims=0)
             return predictive(key, *args, **kwargs)
 
-        return jax.vmap(one)(chunk_keys, chunk)
+        if parallel:
+            return jax.vmap(one)(chunk_keys, chunk)
+        return jax.lax.map(lambda key_sample: one(*key_sample), (chunk_keys, chunk))
 
     out = _stream(per_chunk, flat, keys, dynamic, batch_size, reduce)
     if reduce is None and chain_axis:
@@ -370,6 +386,7 @@ def log_likelihood(
     *model_args,
     batch_size: int = 100,
     chain_axis: bool = False,
+    parallel: bool | None = None,
     **model_kwargs,
 ) -> dict[str, np.ndarray]:
     """Pointwise log-likelihood of the observed sites, streamed over chunks of samples.
@@ -388,12 +405,15 @@ def log_likelihood(
         (e.g. ``X_test, y_test``).
     :param batch_size: number of samples per chunk.
     :param chain_axis: ``samples`` have leading ``(chains, draws)`` axes, kept in the result.
+    :param parallel: vectorise over a chunk's samples (``True``) or loop (``False``); see
+        :func:`predict`.
     :param model_kwargs: keyword arguments of the model.
     :returns: dict observed site -> ``np.ndarray`` of shape ``(S, N)`` (the site's batch
         shape after ``S``), or ``(chains, draws, N)`` with ``chain_axis``.
     """
     batch_size = _check_batch_size(batch_size)
     flat, batch_shape = _flatten_samples(samples, chain_axis)
+    parallel = _resolve_parallel(parallel)
     model, trace = _full_plate(model, model_args, model_kwargs)
     if not any(site["type"] == "sample" and site["is_observed"] for site in trace.values()):
         raise ValueError(
@@ -404,7 +424,7 @@ def log_likelihood(
 
     def per_chunk(_, chunk, dyn):
         args, kwargs = rebuild(dyn)
-        return _numpyro_log_likelihood(model, chunk, *args, parallel=True, batch_ndims=1, **kwargs)
+        return _numpyro_log_likelihood(model, chunk, *args, parallel=parallel, batch_ndims=1, **kwargs)
 
     out = _stream(per_chunk, flat, None, dynamic, batch_size, None)
     if chain_axis:

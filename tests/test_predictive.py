@@ -48,10 +48,12 @@ def count_traces(monkeypatch):
     return traces
 
 
-@pytest.mark.parametrize("batch_size", [3, 7, 64])  # non-divisors of 23, and more than 23
-def test_predict_equals_predictive(data, samples, reference, batch_size, count_traces):
+# non-divisors of 23, and more than 23; vectorised and looped chunks
+@pytest.mark.parametrize("batch_size, parallel", [(3, True), (7, False), (64, None)])
+def test_predict_equals_predictive(data, samples, reference, batch_size, parallel, count_traces):
     X, _ = data
-    out = P.predict(mlp_regression, samples, X, batch_size=batch_size, rng_key=jax.random.PRNGKey(2), hidden=HIDDEN)
+    out = P.predict(mlp_regression, samples, X, batch_size=batch_size, rng_key=jax.random.PRNGKey(2),
+                    parallel=parallel, hidden=HIDDEN)
     assert len(count_traces) == 1  # one compilation: the last chunk is padded
     assert sorted(out) == sorted(reference) == ["mu", "sigma", "y"]
     for name, ref in reference.items():
@@ -67,7 +69,7 @@ def test_predict_return_sites_chain_axis_typed_key(data, samples):
     ref = jax.jit(lambda k: Predictive(mlp_regression, grouped, batch_ndims=2, return_sites=["mu", "y"])(
         k, X, hidden=HIDDEN))(key)
     out = P.predict(mlp_regression, grouped, X, batch_size=4, return_sites=["mu", "y"], rng_key=key,
-                    chain_axis=True, hidden=HIDDEN)
+                    chain_axis=True, parallel=False, hidden=HIDDEN)
     assert sorted(out) == ["mu", "y"]
     for name in out:
         assert out[name].shape == (2, 11, X.shape[0])
@@ -77,7 +79,7 @@ def test_predict_return_sites_chain_axis_typed_key(data, samples):
 def test_moments_equal_numpy(data, samples, reference, count_traces):
     X, _ = data
     out = P.predict(mlp_regression, samples, X, batch_size=7, reduce="moments", rng_key=jax.random.PRNGKey(2),
-                    hidden=HIDDEN)
+                    parallel=True, hidden=HIDDEN)
     assert len(count_traces) == 1
     for name, ref in reference.items():
         full = ref.astype(np.float64)
@@ -111,7 +113,8 @@ def test_log_likelihood_equals_numpyro(data, samples):
     np.testing.assert_allclose(out["y"], ref["y"], rtol=1e-6, atol=1e-6)
 
     grouped = {k: v[:20].reshape(4, 5, *v.shape[1:]) for k, v in samples.items()}
-    by_chain = P.log_likelihood(mlp_regression, grouped, X, y, batch_size=6, chain_axis=True, hidden=HIDDEN)
+    by_chain = P.log_likelihood(mlp_regression, grouped, X, y, batch_size=6, chain_axis=True, parallel=True,
+                                hidden=HIDDEN)
     assert by_chain["y"].shape == (4, 5, X.shape[0])
     np.testing.assert_allclose(by_chain["y"].reshape(20, -1), ref["y"][:20], rtol=1e-6, atol=1e-6)
 
