@@ -4,7 +4,10 @@ from . import datasets, diagnostics, metrics, models
 from .baselines import bde
 from .ensemble import DeepEnsemble, deep_ensemble
 from .kernels import MILE, MILEState
+from .predictive import log_likelihood, predict
+from .reporting import to_inference_data
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["MILE", "MILEState", "DeepEnsemble", "bde", "deep_ensemble", "datasets", "diagnostics", "metrics", "models"]
+__all__ = ["MILE", "MILEState", "DeepEnsemble", "bde", "deep_ensemble", "datasets", "diagnostics", "metrics", "models",
+           "log_likelihood", "predict", "to_inference_data"]

@@ -56,6 +56,8 @@ def evaluate_regression(model: Callable, samples: dict, X_test, y_test, **model_
 
 def _mixing(samples_by_chain: dict) -> tuple[float, float]:
     flat = {k: np.asarray(v) for k, v in samples_by_chain.items()}
+    if next(iter(flat.values())).shape[1] < 16:  # too few draws for ESS and a 4-split R-hat
+        return float("nan"), float("nan")
     ess_values = np.concatenate([np.ravel(v) for v in ess(flat, per_chain=True).values()])
     crhat_values = np.concatenate([np.ravel(v) for v in chainwise_rhat(flat).values()])
     return float(np.nanmean(ess_values)), float(np.nanmean(crhat_values))

@@ -136,8 +136,11 @@ def test_same_key_same_samples_and_chain_methods_agree(toy_ensemble):
     # a short run: float32 rounding differences between vmapped and per-chain code grow chaotically
     kw = dict(num_warmup=20, num_samples=50, num_chains=2)
     out = {}
-    for name, method in [("v1", "vectorized"), ("v2", "vectorized"), ("seq", "sequential")]:
-        mcmc = MCMC(MILE(mlp_regression, phase_split=(0.4, 0.1, 0.5)), chain_method=method, progress_bar=False, **kw)
+    vectorized = MCMC(MILE(mlp_regression, phase_split=(0.4, 0.1, 0.5)), chain_method="vectorized",
+                      progress_bar=False, **kw)
+    sequential = MCMC(MILE(mlp_regression, phase_split=(0.4, 0.1, 0.5)), chain_method="sequential",
+                      progress_bar=False, **kw)
+    for name, mcmc in [("v1", vectorized), ("v2", vectorized), ("seq", sequential)]:
         mcmc.run(jax.random.PRNGKey(0), X, y, hidden=(4,), init_params=de.init_params)
         out[name] = np.asarray(mcmc.get_samples(group_by_chain=True)["w0"])
     np.testing.assert_array_equal(out["v1"], out["v2"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from functools import partial
 from typing import Callable, NamedTuple
 
 import jax
@@ -20,7 +21,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.mcmc import MCMCKernel
-from numpyro.infer.util import initialize_model
+from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
 from numpyro.util import is_prng_key
 
 from .. import _model_utils as mu
@@ -222,12 +223,10 @@ class MILE(MCMCKernel):
         mu.check_full_batch(trace, "MILE")
         chain_keys = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
         pretrain_keys, init_keys, state_keys = chain_keys[:, 0], chain_keys[:, 1], chain_keys[:, 2]
-        model_info = initialize_model(
-            init_keys if self._batched else init_keys[0], self._model, init_strategy=self.init_strategy,
-            dynamic_args=True, model_args=model_args, model_kwargs=model_kwargs,
-        )
-        self._potential_fn_gen = model_info.potential_fn
-        self._postprocess_fn_gen = model_info.postprocess_fn
+        model = self._model
+        self._potential_fn_gen = lambda *args, **kwargs: partial(potential_energy, model, args, kwargs)
+        self._postprocess_fn_gen = lambda *args, **kwargs: partial(
+            constrain_fn, model, args, kwargs, return_deterministic=True)
         potential_fn = self._potential_fn_gen(*model_args, **model_kwargs)
 
         if init_params is None:
@@ -237,7 +236,10 @@ class MILE(MCMCKernel):
                 self.ensembles.append(ensemble)
                 init_params = ensemble.init_params
             else:
-                init_params = model_info.param_info.z
+                init_params = initialize_model(
+                    init_keys if self._batched else init_keys[0], self._model, init_strategy=self.init_strategy,
+                    model_args=model_args, model_kwargs=model_kwargs,
+                ).param_info.z
                 if not self._batched:
                     init_params = jax.tree.map(lambda x: x[None], init_params)
                 if self.map_steps > 0:
