@@ -27,6 +27,7 @@ from numpyro.util import is_prng_key
 from .. import _model_utils as mu
 from .. import adaptation
 from .. import mclmc
+from .._validation import is_concrete
 from ..ensemble import DeepEnsemble, fit_members
 
 
@@ -233,7 +234,8 @@ class MILE(MCMCKernel):
             if self.pretrain and mu.DATA_PLATE in mu.plates(trace):
                 options = {"progress_bar": True, **self.ensemble_options}
                 ensemble = fit_members(self._model, pretrain_keys, model_args, model_kwargs, **options)
-                self.ensembles.append(ensemble)
+                if is_concrete(pretrain_keys):  # not under pmap: keep the ensemble for the user
+                    self.ensembles.append(ensemble)
                 init_params = ensemble.init_params
             else:
                 init_params = initialize_model(
