@@ -35,6 +35,9 @@ PROFILES = {
     "full": dict(datasets=["airfoil", "concrete", "energy", "yacht", "bikesharing", "protein"], seeds=[1, 2, 3],
                  chains=12, mile_warmup=50_000, mile_samples=10_000, thinning=10, bde_samples=1000,
                  bde_warmups=[100, 1000], max_epochs=500),
+    # the paper's MILE budget and K on the four small sets, one seed; BDE shortened to 200 samples
+    "medium": dict(datasets=["yacht", "energy", "concrete", "airfoil"], seeds=[1], chains=12, mile_warmup=50_000,
+                   mile_samples=10_000, thinning=10, bde_samples=200, bde_warmups=[100], max_epochs=500),
     "quick": dict(datasets=["yacht", "energy"], seeds=[1], chains=4, mile_warmup=2000, mile_samples=1000,
                   thinning=10, bde_samples=100, bde_warmups=[100], max_epochs=500),
     "tiny": dict(datasets=["yacht"], seeds=[1], chains=2, mile_warmup=100, mile_samples=20, thinning=2,
