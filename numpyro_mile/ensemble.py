@@ -82,6 +82,19 @@ def init_member_params(rng_key, trace: dict) -> dict:
     return params
 
 
+def _check_plate_indexing(nll, params, model_args, indices, n, plate_name) -> None:
+    """Evaluate the loss on one minibatch; explain the usual cause when the model cannot be subsampled."""
+    try:
+        jax.eval_shape(nll, params, model_args, indices, n)
+    except (ValueError, TypeError, IndexError) as err:
+        raise ValueError(
+            f"deep-ensemble pretraining evaluates the model on minibatches by substituting row indices into the "
+            f"plate {plate_name!r}, and the model failed on a minibatch of {len(indices)} rows: {err}. Index the "
+            f"data through the plate, e.g. `with numpyro.plate({plate_name!r}, N): x = numpyro.subsample(X, "
+            "event_dim=1)` (or `with numpyro.plate(...) as idx: x = X[idx]`)."
+        ) from err
+
+
 def _progress_enabled(progress_bar: bool) -> bool:
     return progress_bar and not os.environ.get("CI")
 
@@ -148,6 +161,8 @@ def fit_members(
 
     train_idx = jnp.asarray(train_idx)
     batch = min(batch_size, int(train_idx.shape[0]))
+    _check_plate_indexing(nll, init_member_params(jax.random.PRNGKey(0), trace), model_args, train_idx[:batch], n,
+                          plate_name)
     num_batches = int(train_idx.shape[0]) // batch
 
     def train_step(carry, indices):

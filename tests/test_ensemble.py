@@ -1,0 +1,65 @@
+"""Deep-ensemble pretraining and MILE's non-pretrained start."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+
+from numpyro_mile import MILE, deep_ensemble
+from numpyro_mile.ensemble import fit_members
+from numpyro_mile.datasets import toy_regression
+from numpyro_mile.models import mlp_regression
+
+
+def test_members_do_not_depend_on_training_together():
+    X, y = toy_regression(80, seed=2)
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    together = fit_members(mlp_regression, keys, (X, y), {"hidden": (4,)}, max_epochs=15, progress_bar=False)
+    alone = fit_members(mlp_regression, keys[2:], (X, y), {"hidden": (4,)}, max_epochs=15, progress_bar=False)
+    np.testing.assert_allclose(together.init_params["w1"][2], alone.init_params["w1"][0], rtol=1e-4, atol=1e-5)
+
+
+def test_early_stopping_and_validation_args():
+    X, y = toy_regression(120, seed=3)
+    X_val, y_val = toy_regression(40, seed=4)
+    de = deep_ensemble(mlp_regression, jax.random.PRNGKey(1), 2, X, y, validation=(X_val, y_val), patience=3,
+                       max_epochs=400, progress_bar=False, hidden=(8,))
+    assert np.all(de.num_epochs < 400)  # stopped early
+    best = np.nanmin(de.val_loss, axis=1)
+    np.testing.assert_allclose(de.best_val_loss, best, rtol=1e-6)
+    # the returned members are the best ones: their validation NLL equals the best seen
+    from numpyro_mile.experiments import evaluate_regression
+
+    _, lppd = evaluate_regression(mlp_regression, jax.tree.map(lambda x: x[:1], de.samples), X_val, y_val,
+                                  hidden=(8,))
+    np.testing.assert_allclose(-lppd, de.best_val_loss[0], rtol=1e-4)
+
+
+def test_model_that_does_not_index_its_data_gets_a_clear_error():
+    def model(X, y=None):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]))
+        with numpyro.plate("data", X.shape[0]):
+            numpyro.sample("y", dist.Normal(X @ w, 1.0), obs=y)  # X is not subsampled
+
+    X, y = toy_regression(100)
+    with pytest.raises(ValueError, match="Index the data through the plate"):
+        deep_ensemble(model, jax.random.PRNGKey(0), 2, X, y, progress_bar=False)
+
+
+def test_no_data_plate_error():
+    def model():
+        numpyro.sample("x", dist.Normal(0.0, 1.0).expand([2]))
+
+    with pytest.raises(ValueError, match="plate named 'data'"):
+        deep_ensemble(model, jax.random.PRNGKey(0), 2, progress_bar=False)
+
+
+def test_map_start_without_pretraining():
+    def model():
+        numpyro.sample("x", dist.Normal(jnp.array([3.0, -2.0]), 0.5))
+
+    kernel = MILE(model, pretrain=False, map_steps=300, map_learning_rate=0.05)
+    state = kernel.init(jax.random.split(jax.random.PRNGKey(0), 2), 100, None, (), {})
+    np.testing.assert_allclose(state.z["x"], np.array([[3.0, -2.0]] * 2), atol=1e-2)
