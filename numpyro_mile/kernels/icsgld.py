@@ -1,0 +1,402 @@
+"""ICSGLD: interacting contour stochastic-gradient Langevin dynamics as a NumPyro ensemble kernel.
+
+``P`` chains (NumPyro's ``num_chains``) run SGLD on a *flattened* target and share one
+histogram ``theta`` over ``m`` energy bins (Deng, Liang, Lin et al., ICLR 2022; the
+single-chain CSGLD of Deng et al., NeurIPS 2020, with ``csgld=True``). The bin of an energy
+``u`` is ``J(u) = clip(floor((u - u_min) / du + 1), 1, m - 1)``: bin 0 is never used, bin
+``m - 1`` takes every energy from ``u_min + (m - 2) du`` up (the overflow bin). One iteration,
+all chains in parallel, each on its own minibatch (``U~``: NumPyro's minibatch potential)::
+
+    mult_p  = 1 + zeta * tau * (log theta[J_p] - log theta[max(J_p - 1, 1)]) / du
+              (= 1 in the overflow bin; clipped to ``multiplier_clip``)
+    x_p    <- x_p - eps * mult_p * grad U~(x_p) + sqrt(2 eps tau) xi_p
+    J_p    <- J(U~(x_p))                         (energy of the new position, fresh minibatch)
+    H       = (1/P) sum_p theta[J_p] * (onehot(J_p) - theta)       (ICSGLD's interacting field;
+              theta[J_p]^zeta with ``csgld=True``)
+    theta  <- theta + omega_k * H
+    log_w_p = zeta * log theta[J_p]              (-inf in the overflow bin)
+
+Two details differ in form from a literal reading of the reference notes, and follow the
+papers' Algorithm 1: (i) the field is evaluated at the *new* positions ``x_{k+1}`` (CSGLD's
+``theta_{k+1} = theta_k + omega H(theta_k, x_{k+1})``), so each collected sample is paired
+with its own energy, bin and weight, at one gradient evaluation per chain and step; (ii) the
+lowest bin uses ``(J - 1) v 1``, i.e. ``mult = 1`` in bin 1, so the never-visited bin 0 (whose
+``theta`` decays to 0) never enters the dynamics. Both leave the fixed point unchanged:
+with ICSGLD's field ``theta`` converges to a vector ``∝ (bin mass)^(1/zeta)`` (with CSGLD's to
+the bin masses), the density of states is :meth:`ICSGLD.density_of_states`, and posterior
+expectations are importance-weighted with ``theta[J]^zeta``
+(:func:`numpyro_mile.importance_weights`).
+
+With ``zeta = 0`` the multiplier is exactly 1 and the chains are SGLD's: the same key use
+(:func:`numpyro_mile.kernels.sgld.chain_keys`), so ``ICSGLD(zeta=0)`` reproduces
+:class:`~numpyro_mile.SGLD` bit for bit with the same keys.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.mcmc import MCMCKernel
+from numpyro.util import is_prng_key
+
+from ..minibatch import MinibatchModel
+from .sgld import _CachedPerArgs, _warn_nan, chain_keys, init_chains, is_finite, langevin_move
+
+__all__ = ["ICSGLD", "ICSGLDState", "default_sa_schedule"]
+
+
+class _ICSGLDFields(NamedTuple):
+    i: jax.Array
+    z: dict
+    potential_energy: jax.Array
+    z_grad: dict
+    bin: jax.Array
+    log_weight: jax.Array
+    multiplier: jax.Array
+    num_nans: jax.Array
+    theta: jax.Array
+    energy_min: jax.Array
+    energy_max: jax.Array
+    rng_key: jax.Array
+
+
+class ICSGLDState(_ICSGLDFields):
+    """State of an ICSGLD ensemble of ``P`` chains.
+
+    Per chain (leading axis ``P``; collectable as extra fields):
+
+    :ivar z: unconstrained positions (NumPyro's ``sample_field``).
+    :ivar potential_energy: minibatch energy ``U~`` of each position.
+    :ivar z_grad: its gradient.
+    :ivar bin: energy bin ``J`` of each position.
+    :ivar log_weight: ``zeta * log theta[J]`` with the ``theta`` of that iteration (``-inf`` in
+        the overflow bin): the chain's log importance weight.
+    :ivar multiplier: gradient multiplier of the step that produced ``z``.
+    :ivar num_nans: steps rejected (NaN/inf energy, gradient or position; the chain stayed).
+    :ivar rng_key: one PRNG key per chain.
+
+    Shared (no chain axis; read them from ``mcmc.last_state``):
+
+    :ivar i: iteration counter.
+    :ivar theta: the histogram ``theta``, shape ``(m,)``, summing to 1.
+    :ivar energy_min: lowest finite energy seen (all chains, all iterations).
+    :ivar energy_max: highest finite energy seen.
+
+    NumPyro's MCMC resumes an ensemble (``post_warmup_state``, or ``warmup`` then ``run``) by
+    replacing ``rng_key`` with a single key; ``_replace`` then splits it into ``P`` chain keys.
+    """
+
+    __slots__ = ()
+
+    def _replace(self, **kwargs):
+        key = kwargs.get("rng_key")
+        if key is not None and is_prng_key(key) and not is_prng_key(self.rng_key):
+            kwargs["rng_key"] = jax.random.split(key, jnp.shape(self.potential_energy)[0])
+        return super()._replace(**kwargs)
+
+
+def default_sa_schedule(k):
+    """``omega_k = 1 / (k^0.6 + 100)``: the SA step size of the ICSGLD reference simulation (``k >= 1``)."""
+    return 1.0 / (k ** 0.6 + 100.0)
+
+
+def _as_sa_schedule(sa_schedule) -> Callable:
+    if sa_schedule is None:
+        return default_sa_schedule
+    if callable(sa_schedule):
+        return sa_schedule
+    if isinstance(sa_schedule, (int, float, np.floating)) and 0 < sa_schedule < 1:
+        value = float(sa_schedule)
+        return lambda k: value
+    raise ValueError(
+        f"sa_schedule must be None (1 / (k^0.6 + 100)), a constant in (0, 1) or a callable k -> omega_k, "
+        f"got {sa_schedule!r}."
+    )
+
+
+def _as_clip(multiplier_clip):
+    if multiplier_clip is None:
+        return None
+    if isinstance(multiplier_clip, (int, float, np.floating)):
+        if not multiplier_clip > 0:
+            raise ValueError(f"multiplier_clip must be positive, got {multiplier_clip}.")
+        return (-float(multiplier_clip), float(multiplier_clip))
+    lo, hi = multiplier_clip
+    if not lo < hi:
+        raise ValueError(f"multiplier_clip=(low, high) needs low < high, got {multiplier_clip}.")
+    return (float(lo), float(hi))
+
+
+def _warn_bins(low, high, u_min, u_max, iteration):
+    if low < u_min or high >= u_max:
+        warnings.warn(
+            f"ICSGLD: energies seen up to iteration {int(iteration)} span [{float(low):.4g}, {float(high):.4g}], "
+            f"but the regular bins cover [{u_min:.4g}, {u_max:.4g}). Energies below min_energy fall into bin 1 "
+            "and energies above into the overflow bin, which gets importance weight 0. Choose min_energy below "
+            "the lowest energy and num_bins * bin_width wide enough (see kernel.energy_range(state)).",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+class ICSGLD(MCMCKernel):
+    """Interacting contour SGLD: ``P`` interacting chains sharing one energy histogram.
+
+    An ensemble kernel (like NumPyro's AIES/ESS): run it with ``chain_method="vectorized"`` and
+    ``num_chains = P >= 2``; every collected field has a leading chain axis, so
+    ``mcmc.get_samples(group_by_chain=True)`` has shape ``(P, draws, ...)``. Samples are from
+    the flattened target: weight them with :func:`numpyro_mile.importance_weights` (aligned
+    with ``mcmc.get_samples()``). The algorithm is in the module docstring.
+
+    :param model: a NumPyro model with continuous latent sites; minibatches come from a plate
+        with ``subsample_size`` (see :class:`~numpyro_mile.SGLD`), else energies are exact.
+    :param step_size: SGLD step size ``eps`` (constant).
+    :param zeta: flattening strength (``0``: plain SGLD). Deep nets use large values (1e4 and
+        more) with a wide ``bin_width``; weights are kept in log space.
+    :param num_bins: ``m``; bins ``1 .. m-2`` cover ``[min_energy, min_energy + (m-2) bin_width)``,
+        bin ``m-1`` everything above (multiplier 1, weight 0), bin 0 is unused.
+    :param bin_width: ``du``.
+    :param min_energy: ``u_min``, below every energy the chains will see.
+    :param sa_schedule: SA step size ``omega_k`` (``k = 1, 2, ...``): ``None`` for
+        ``1 / (k^0.6 + 100)``, a constant (0.003-0.03 in the reference deep-learning runs), or a
+        callable ``k -> omega_k``.
+    :param temperature: ``tau``.
+    :param multiplier_clip: ``None``, ``c`` for ``[-c, c]`` (deep nets used 5), or ``(low, high)``.
+    :param csgld: use CSGLD's field ``theta[J]^zeta (onehot(J) - theta)`` (averaged over the
+        chains) instead of ICSGLD's ``theta[J] (onehot(J) - theta)``.
+    :param init_strategy: NumPyro init strategy when no ``init_params`` are given.
+
+    Extra fields (per chain): ``potential_energy``, ``bin``, ``log_weight``, ``multiplier``,
+    ``num_nans``; ``bin`` and ``log_weight`` are always collected.
+
+    **Example**
+
+    .. doctest::
+
+        >>> import jax
+        >>> from numpyro.infer import MCMC
+        >>> from numpyro_mile import ICSGLD, importance_weights
+        >>> from numpyro_mile.datasets import toy_regression
+        >>> from numpyro_mile.models import mlp_regression
+        >>> X, y = toy_regression(100)
+        >>> kernel = ICSGLD(mlp_regression, 1e-4, zeta=1.0, num_bins=100, bin_width=20.0, min_energy=-500.0)
+        >>> mcmc = MCMC(kernel, num_warmup=100, num_samples=50, num_chains=4,
+        ...             chain_method="vectorized", progress_bar=False)
+        >>> mcmc.run(jax.random.PRNGKey(0), X, y, hidden=(8,), subsample_size=20)
+        >>> mcmc.get_samples(group_by_chain=True)["w0"].shape
+        (4, 50, 1, 8)
+        >>> importance_weights(mcmc).shape
+        (200,)
+    """
+
+    sample_field = "z"
+    _kernel_name = "ICSGLD"
+
+    def __init__(
+        self,
+        model: Callable,
+        step_size: float,
+        *,
+        zeta: float,
+        num_bins: int,
+        bin_width: float,
+        min_energy: float,
+        sa_schedule=None,
+        temperature: float = 1.0,
+        multiplier_clip=None,
+        csgld: bool = False,
+        init_strategy: Callable = init_to_uniform,
+    ):
+        if model is None or not callable(model):
+            raise ValueError("ICSGLD needs a NumPyro model (a callable).")
+        if not (isinstance(step_size, (int, float, np.floating)) and step_size > 0):
+            raise ValueError(f"step_size must be a positive number, got {step_size!r}.")
+        if not zeta >= 0:
+            raise ValueError(f"zeta must be >= 0, got {zeta}.")
+        if int(num_bins) != num_bins or num_bins < 3:
+            raise ValueError(f"num_bins must be an integer >= 3 (bin 0 unused, bin m-1 overflow), got {num_bins}.")
+        if not bin_width > 0:
+            raise ValueError(f"bin_width must be positive, got {bin_width}.")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive, got {temperature}.")
+        self._model = model
+        self.step_size = float(step_size)
+        self.zeta = float(zeta)
+        self.num_bins = int(num_bins)
+        self.bin_width = float(bin_width)
+        self.min_energy = float(min_energy)
+        self.sa_schedule = _as_sa_schedule(sa_schedule)
+        self.temperature = float(temperature)
+        self.multiplier_clip = _as_clip(multiplier_clip)
+        self.csgld = bool(csgld)
+        self.init_strategy = init_strategy
+        self._mb: MinibatchModel | None = None
+        self._num_warmup = 0
+        self._cache = _CachedPerArgs()
+
+    # ------------------------------------------------------------------ NumPyro interface
+    @property
+    def model(self) -> Callable:
+        return self._model
+
+    @property
+    def default_fields(self) -> tuple[str, ...]:
+        return ("z", "bin", "log_weight")
+
+    @property
+    def is_ensemble_kernel(self) -> bool:
+        return True
+
+    @property
+    def max_energy(self) -> float:
+        """Upper end of the regular bins, ``min_energy + (num_bins - 2) * bin_width``."""
+        return self.min_energy + (self.num_bins - 2) * self.bin_width
+
+    def get_diagnostics_str(self, state: ICSGLDState) -> str:
+        return "U~ {:.4g}. bins {}-{}. nans {}".format(
+            float(jnp.mean(state.potential_energy)), int(jnp.min(state.bin)), int(jnp.max(state.bin)),
+            int(jnp.sum(state.num_nans)),
+        )
+
+    def postprocess_fn(self, args, kwargs):
+        if self._mb is None:
+            return lambda z: z
+        return self._mb.postprocess_fn(args, kwargs or {})
+
+    def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
+        if is_prng_key(rng_key) or jnp.shape(rng_key)[0] < 2:
+            raise ValueError(
+                "ICSGLD is an ensemble kernel: its chains share one energy histogram, so they must run together. "
+                "Use MCMC(..., num_chains=P, chain_method='vectorized') with P >= 2 "
+                "(sequential and parallel chains cannot interact)."
+            )
+        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+        model_args = tuple(model_args)
+        keys = rng_key
+        self._num_warmup = int(num_warmup)
+        self._mb = MinibatchModel(self._model, model_args, model_kwargs, kernel_name=self._kernel_name,
+                                  rng_key=keys[0])
+        energy_and_grad = self._cache.get(
+            "energy_and_grad", model_args, model_kwargs,
+            lambda: jax.jit(jax.vmap(jax.value_and_grad(self._mb.potential_fn(model_args, model_kwargs)))))
+        z, energy, grad, state_keys = init_chains(self._mb, energy_and_grad, keys, init_params, model_args,
+                                                  model_kwargs, self.init_strategy, True)
+        return self._cache.get("init", model_args, model_kwargs, lambda: jax.jit(self._init_state))(
+            z, energy, grad, state_keys)
+
+    def sample(self, state: ICSGLDState, model_args, model_kwargs) -> ICSGLDState:
+        potential = self._mb.potential_fn(tuple(model_args), model_kwargs or {})
+        new_state = self._step(state, potential)
+        old_nans, new_nans = jnp.sum(state.num_nans), jnp.sum(new_state.num_nans)
+        jax.lax.cond(
+            (new_nans > 0) & (old_nans == 0),
+            lambda: jax.debug.callback(_warn_nan, new_nans, state.i, self._kernel_name),
+            lambda: None,
+        )
+        jax.lax.cond(
+            state.i == self._num_warmup - 1,
+            lambda: jax.debug.callback(_warn_bins, new_state.energy_min, new_state.energy_max, self.min_energy,
+                                       self.max_energy, state.i),
+            lambda: None,
+        )
+        return new_state
+
+    # ------------------------------------------------------------------ results
+    def density_of_states(self, state: ICSGLDState) -> np.ndarray:
+        """Estimated probability mass of each energy bin, shape ``(num_bins,)``, summing to 1.
+
+        ``theta^zeta / sum theta^zeta`` (ICSGLD) or ``theta / sum theta`` (``csgld=True``) over
+        bins ``1 .. m-1``; entry 0 (the unused bin) is 0, entry ``m-1`` is the mass above
+        :attr:`max_energy`. Warns when the energies seen left the regular bins.
+        """
+        self._check_range(state)
+        log_theta = np.log(np.asarray(state.theta, np.float64))
+        log_dos = log_theta if self.csgld else self.zeta * log_theta
+        out = np.zeros(self.num_bins)
+        out[1:] = np.exp(log_dos[1:] - log_dos[1:].max())
+        return out / out.sum()
+
+    def log_weights(self, state: ICSGLDState, bins) -> np.ndarray:
+        """Log importance weights ``zeta * log theta[J]`` of samples in ``bins`` under ``state.theta``
+        (``-inf`` in the overflow bin)."""
+        bins = np.asarray(bins)
+        log_w = self.zeta * np.log(np.asarray(state.theta, np.float64))[bins]
+        return np.where(bins == self.num_bins - 1, -np.inf, log_w)
+
+    def energy_range(self, state: ICSGLDState) -> tuple[float, float]:
+        """``(lowest, highest)`` finite energy the chains have seen."""
+        return float(state.energy_min), float(state.energy_max)
+
+    def _check_range(self, state: ICSGLDState) -> None:
+        _warn_bins(float(state.energy_min), float(state.energy_max), self.min_energy, self.max_energy, state.i)
+
+    # ------------------------------------------------------------------ internals
+    def _bins(self, energy):
+        m = self.num_bins
+        scaled = jnp.floor((energy - self.min_energy) / self.bin_width + 1)
+        J = jnp.clip(jnp.where(jnp.isfinite(energy), scaled, m - 1), 1, m - 1).astype(jnp.int32)
+        return J
+
+    def _log_weight(self, log_theta, J):
+        log_w = self.zeta * log_theta[J]
+        return jnp.where(J == self.num_bins - 1, -jnp.inf, log_w)
+
+    def _multiplier(self, log_theta, J):
+        lower = jnp.maximum(J - 1, 1)
+        mult = 1 + self.zeta * self.temperature * (log_theta[J] - log_theta[lower]) / self.bin_width
+        mult = jnp.where(J == self.num_bins - 1, 1.0, mult)
+        if self.multiplier_clip is not None:
+            mult = jnp.clip(mult, *self.multiplier_clip)
+        return mult
+
+    def _init_state(self, z, energy, grad, keys) -> ICSGLDState:
+        m, dtype = self.num_bins, energy.dtype
+        theta = jnp.arange(m, 0, -1, dtype=dtype)
+        theta = theta / theta.sum()
+        J = self._bins(energy)
+        finite = jnp.isfinite(energy)
+        return ICSGLDState(
+            i=jnp.asarray(0), z=z, potential_energy=energy, z_grad=grad, bin=J,
+            log_weight=self._log_weight(jnp.log(theta), J), multiplier=jnp.ones_like(energy),
+            num_nans=jnp.zeros(energy.shape, jnp.int32), theta=theta,
+            energy_min=jnp.min(jnp.where(finite, energy, jnp.inf)),
+            energy_max=jnp.max(jnp.where(finite, energy, -jnp.inf)),
+            rng_key=keys,
+        )
+
+    def _step(self, state: ICSGLDState, potential: Callable) -> ICSGLDState:
+        theta = state.theta
+        log_theta = jnp.log(theta)
+        mult = self._multiplier(log_theta, state.bin)
+        dtype = state.potential_energy.dtype
+        step_size = jnp.asarray(self.step_size, dtype)
+
+        def chain(z, energy, grad, rng_key, multiplier):
+            key, batch_key, noise_key = chain_keys(rng_key)
+            z_new = langevin_move(z, grad, step_size, self.temperature, noise_key, multiplier)
+            energy_new, grad_new = jax.value_and_grad(potential)(z_new, batch_key)
+            ok = is_finite(energy_new, grad_new, z_new)
+            keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)  # noqa: E731
+            return keep(z_new, z), keep(energy_new, energy), keep(grad_new, grad), key, ok
+
+        z, energy, grad, keys, ok = jax.vmap(chain)(state.z, state.potential_energy, state.z_grad, state.rng_key, mult)
+        J = self._bins(energy)
+        weight = theta[J] if not self.csgld else jnp.exp(self.zeta * log_theta[J])
+        onehot = jax.nn.one_hot(J, self.num_bins, dtype=dtype)
+        H = jnp.mean(weight[:, None] * (onehot - theta[None, :]), axis=0)
+        omega = jnp.asarray(self.sa_schedule(state.i + 1), dtype)
+        theta_new = theta + omega * H
+        finite = jnp.isfinite(energy)
+        return ICSGLDState(
+            i=state.i + 1, z=z, potential_energy=energy, z_grad=grad, bin=J,
+            log_weight=self._log_weight(jnp.log(theta_new), J), multiplier=mult,
+            num_nans=state.num_nans + jnp.where(ok, 0, 1), theta=theta_new,
+            energy_min=jnp.minimum(state.energy_min, jnp.min(jnp.where(finite, energy, jnp.inf))),
+            energy_max=jnp.maximum(state.energy_max, jnp.max(jnp.where(finite, energy, -jnp.inf))),
+            rng_key=keys,
+        )

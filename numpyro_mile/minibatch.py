@@ -1,0 +1,239 @@
+"""Minibatching through NumPyro's own subsample plates, shared by SGLD and ICSGLD.
+
+A model declares its observations in ``numpyro.plate("data", N, subsample_size=n)``. NumPyro
+then scales the log-likelihood of the ``n`` rows the plate selects by ``N / n``, so the
+potential energy of the model on those rows,
+
+    U~(x) = -log p(x) - (N / n) sum_{i in batch} log p(y_i | x),
+
+is an unbiased estimate of the full-data potential ``U(x)``. This module supplies the rows:
+every evaluation draws fresh indices (``n`` of ``N`` without replacement,
+:func:`sample_without_replacement`) for every
+subsampled plate found in a trace of the model and substitutes them as the plate's value,
+
+    numpyro.handlers.substitute(model, data={plate_name: indices})
+
+before calling NumPyro's public :func:`numpyro.infer.util.potential_energy`. Nothing here
+uses a private NumPyro helper. Models without a subsampled plate get the full-data potential
+(and full gradients); the key is then unused.
+
+Postprocessing (unconstrained -> constrained values, deterministic sites included) runs the
+model with every subsampled plate bound to ``arange(N)``, so replaying a model with a
+deterministic site never needs the plate's random key, and the deterministic values cover all
+rows.
+
+Typical use (what the kernels do)::
+
+    mb = MinibatchModel(model, model_args, model_kwargs, kernel_name="SGLD")
+    potential = mb.potential_fn(model_args, model_kwargs)      # (params, rng_key) -> U~
+    energy, grad = jax.value_and_grad(potential)(params, key)
+    constrained = mb.postprocess_fn(model_args, model_kwargs)(params)
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import partial
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from numpyro import handlers
+from numpyro.distributions.transforms import biject_to
+from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
+
+from . import _model_utils as mu
+
+__all__ = ["MinibatchModel", "draw_indices", "sample_without_replacement", "subsampled_plates"]
+
+_MISMATCH = "subsample_size does not match"
+
+
+def subsampled_plates(trace: dict, kernel_name: str = "This kernel") -> tuple[mu.PlateInfo, ...]:
+    """The plates of ``trace`` that draw a minibatch (``subsample_size < size``), checked.
+
+    :raises ValueError: when a plate asks for more rows than it has.
+    """
+    out = []
+    for info in mu.plates(trace).values():
+        if info.subsample_size is None or info.subsample_size == info.size:
+            continue
+        if not 0 < info.subsample_size < info.size:
+            raise ValueError(
+                f"{kernel_name}: plate {info.name!r} has {info.size} rows but subsample_size="
+                f"{info.subsample_size}; the minibatch size must be between 1 and {info.size} "
+                "(use subsample_size=None for full batches)."
+            )
+        out.append(info)
+    return tuple(out)
+
+
+def sample_without_replacement(rng_key, size: int, num: int) -> jax.Array:
+    """``num`` distinct indices of ``range(size)``, every subset equally likely.
+
+    On CPU this is Floyd's algorithm: ``num`` draws and an ``O(num^2)`` membership test, no
+    ``O(size)`` work. That is about 15 us for 32 of 45,000 rows, where
+    ``jax.random.choice(..., replace=False)`` (a full random permutation) takes over 100 ms
+    on CPU. The indices come in no particular (but not a uniformly random) order, which does
+    not matter for a plate, whose log-likelihood is a sum. On other backends, where sorting
+    is fast and sequential loops are not, ``jax.random.choice`` is used.
+    """
+    if jax.default_backend() != "cpu":
+        return jax.random.choice(rng_key, size, (num,), replace=False)
+    tops = jnp.arange(size - num, size)
+    draws = jax.random.randint(rng_key, (num,), 0, tops + 1)
+
+    def body(k, chosen):
+        t = draws[k]
+        return chosen.at[k].set(jnp.where(jnp.any(chosen == t), tops[k], t))
+
+    return jax.lax.fori_loop(0, num, body, jnp.full((num,), -1, tops.dtype))
+
+
+def draw_indices(plates: tuple[mu.PlateInfo, ...], rng_key) -> dict:
+    """Fresh row indices for every plate: ``subsample_size`` of ``size`` without replacement.
+
+    One key per plate, split from ``rng_key`` in the order of ``plates``
+    (:func:`sample_without_replacement`).
+    """
+    if not plates:
+        return {}
+    keys = jax.random.split(rng_key, len(plates))
+    return {
+        info.name: sample_without_replacement(key, info.size, info.subsample_size)
+        for info, key in zip(plates, keys)
+    }
+
+
+def _substituted(model: Callable, data: dict) -> Callable:
+    """``model`` with the plates named in ``data`` bound to those indices."""
+    if not data:
+        return model
+
+    def bound(*args, **kwargs):
+        with warnings.catch_warnings():
+            # NumPyro warns when bound indices differ in length from subsample_size (full plates).
+            warnings.filterwarnings("ignore", message=_MISMATCH)
+            return handlers.substitute(model, data=data)(*args, **kwargs)
+
+    return bound
+
+
+class MinibatchModel:
+    """A NumPyro model prepared for minibatch gradients through its subsample plates.
+
+    :param model: a NumPyro model with continuous latent sites.
+    :param model_args: positional arguments of the model (used for one trace).
+    :param model_kwargs: keyword arguments of the model.
+    :param kernel_name: name used in error messages.
+    :param rng_key: key of the trace (prior draws and the plate's indices of that one trace).
+    :raises ValueError: for discrete latent sites, or a plate whose ``subsample_size``
+        exceeds its size.
+    """
+
+    def __init__(self, model: Callable, model_args: tuple = (), model_kwargs: dict | None = None, *,
+                 kernel_name: str = "This kernel", rng_key=None):
+        self.model = model
+        self.kernel_name = kernel_name
+        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+        rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
+        found: dict = {}
+
+        def inspect(key):
+            # Traced abstractly (jax.eval_shape): no op is executed or compiled; only static
+            # facts (plates, supports, shapes) leave this function.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_MISMATCH)  # reported below, more clearly
+                trace = mu.trace_model(model, tuple(model_args), model_kwargs, key)
+            found["plates"] = subsampled_plates(trace, kernel_name)
+            mu.check_continuous(trace, kernel_name)
+            found["shapes"] = {
+                name: tuple(jnp.shape(biject_to(site["fn"].support).inv(site["value"])))
+                for name, site in mu.latent_sites(trace).items()
+            }
+            return jnp.zeros(())
+
+        jax.eval_shape(inspect, rng_key)
+        self.plates: tuple[mu.PlateInfo, ...] = found["plates"]
+        #: unconstrained shape of every latent site, in model order
+        self.latent_shapes: dict[str, tuple[int, ...]] = found["shapes"]
+        if not self.latent_shapes:
+            raise ValueError(f"{kernel_name}: the model has no latent sample sites to sample.")
+
+    @property
+    def is_subsampled(self) -> bool:
+        """Whether some plate draws a minibatch (else gradients are full-batch)."""
+        return bool(self.plates)
+
+    def indices(self, rng_key) -> dict:
+        """Fresh indices for every subsampled plate (see :func:`draw_indices`)."""
+        return draw_indices(self.plates, rng_key)
+
+    def full_model(self) -> Callable:
+        """The model with every subsampled plate bound to all of its rows (scale 1)."""
+        return _substituted(self.model, {p.name: jnp.arange(p.size) for p in self.plates})
+
+    def potential_fn(self, model_args: tuple = (), model_kwargs: dict | None = None) -> Callable:
+        """``potential(params, rng_key) -> U~(params)`` on a fresh minibatch drawn from ``rng_key``.
+
+        ``params`` are unconstrained values keyed by site. Without subsampled plates this is the
+        full-data potential and ``rng_key`` is ignored.
+        """
+        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+        model, plates = self.model, self.plates
+
+        def potential(params, rng_key):
+            bound = _substituted(model, draw_indices(plates, rng_key))
+            return potential_energy(bound, model_args, model_kwargs, params)
+
+        return potential
+
+    def full_potential_fn(self, model_args: tuple = (), model_kwargs: dict | None = None) -> Callable:
+        """``potential(params) -> U(params)`` on all rows (exact energy)."""
+        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+        return partial(potential_energy, self.full_model(), model_args, model_kwargs)
+
+    def postprocess_fn(self, model_args: tuple = (), model_kwargs: dict | None = None) -> Callable:
+        """``z -> constrained values`` of the latent and deterministic sites (all rows)."""
+        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+        return partial(constrain_fn, self.full_model(), model_args, model_kwargs, return_deterministic=True)
+
+    def init_positions(self, keys, model_args: tuple = (), model_kwargs: dict | None = None,
+                       init_strategy: Callable = init_to_uniform) -> dict:
+        """Unconstrained initial positions, one per key: a dict of arrays with a leading axis ``len(keys)``.
+
+        NumPyro's ``initialize_model`` (jit-compiled) on the full-data model, so the start is
+        judged on the full potential.
+        """
+        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+        full = self.full_model()
+
+        @jax.jit
+        def init(keys):
+            return initialize_model(keys, full, init_strategy=init_strategy, model_args=tuple(model_args),
+                                    model_kwargs=model_kwargs).param_info.z
+
+        return init(keys)
+
+    def check_init_params(self, init_params, num_chains: int, batched: bool) -> dict:
+        """Validate user ``init_params`` and return them with a leading chain axis."""
+        shapes = self.latent_shapes
+        if not isinstance(init_params, dict) or set(init_params) != set(shapes):
+            got = sorted(init_params) if isinstance(init_params, dict) else type(init_params).__name__
+            raise ValueError(
+                f"init_params must be a dict with one unconstrained array per latent site {sorted(shapes)}, "
+                f"got {got}."
+            )
+        lead = (num_chains,) if batched else ()
+        out = {}
+        for name, shape in shapes.items():
+            value = jnp.asarray(init_params[name])
+            expected = lead + shape
+            if tuple(value.shape) != expected:
+                raise ValueError(
+                    f"init_params[{name!r}] has shape {tuple(value.shape)}, expected {expected}"
+                    + (" (a leading axis of size num_chains, then the site's shape)." if batched else ".")
+                )
+            out[name] = value if batched else value[None]
+        return out
