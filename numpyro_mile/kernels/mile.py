@@ -357,7 +357,12 @@ class MILE(MCMCKernel):
         new_step_size, adapt = adaptation.update_step_size(
             state.adapt, state.step_size, info.energy_change, info.finite, dim, target, schedule
         )
-        adapt = jax.tree.map(lambda a, b: jnp.where(tuning, a, b), adapt, state.adapt)
+        # select only the small fields: a select over the whole tuple would copy the Phase III buffer every step
+        adapt = state.adapt._replace(
+            x=jnp.where(tuning, adapt.x, state.adapt.x),
+            t=jnp.where(tuning, adapt.t, state.adapt.t),
+            step_size_max=jnp.where(tuning, adapt.step_size_max, state.adapt.step_size_max),
+        )
         step_size = jnp.where(tuning, new_step_size, state.step_size)
 
         in_phase2 = tuning & (i >= schedule.num_phase1)
@@ -370,19 +375,22 @@ class MILE(MCMCKernel):
         return MILEState(i + 1, dynamics, step_size, L, adapt, info.energy_change,
                          state.num_nans + jnp.where(info.finite, 0, 1), key)
 
-    def _finish_tuning(self, state: MILEState) -> MILEState:
-        L = adaptation.L_from_ess(state.adapt.samples, state.step_size, self._schedule, mclmc.ess)
-        return state._replace(L=L)
+    def _tuned_L(self, samples, step_size) -> jax.Array:
+        return adaptation.L_from_ess(samples, step_size, self._schedule, mclmc.ess)
 
     def _step(self, state: MILEState, potential_fn) -> MILEState:
         axes = self._state_axes()
         chain_step = lambda s: self._chain_step(s, potential_fn)  # noqa: E731
-        finish = self._finish_tuning
+        tuned_L = self._tuned_L
         if self._batched:
             chain_step = jax.vmap(chain_step, in_axes=(axes,), out_axes=axes)
-            finish = jax.vmap(finish, in_axes=(axes,), out_axes=axes)
+            tuned_L = jax.vmap(tuned_L)
         new_state = chain_step(state)
-        new_state = jax.lax.cond(state.i == self._num_warmup - 1, finish, lambda s: s, new_state)
+        # end of warmup: L from the Phase III ESS; the branch predicate is the shared counter, so the FFT
+        # runs once, and only L (not the state with its sample buffer) passes through the cond
+        L = jax.lax.cond(state.i == self._num_warmup - 1,
+                         lambda: tuned_L(new_state.adapt.samples, new_state.step_size), lambda: new_state.L)
+        new_state = new_state._replace(L=L)
         new_nans = jnp.sum(new_state.num_nans - state.num_nans)
         jax.lax.cond(
             (state.i >= self._num_warmup) & (new_nans > 0),
