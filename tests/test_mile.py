@@ -267,3 +267,12 @@ def test_parallel_chains_with_pretraining_agree_with_vectorized():
     result = subprocess.run([sys.executable, "-c", PARALLEL_SCRIPT], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     assert float(result.stdout.strip().splitlines()[-1]) < 1e-3
+
+
+def test_estimate_cost_reports_gradient_count_and_positive_time():
+    X, y = toy_regression(40)
+    cost = MILE(mlp_regression).estimate_cost(jax.random.PRNGKey(0), X, y, num_warmup=1000, num_samples=500,
+                                              num_chains=3, repeats=3, hidden=(4,))
+    assert cost.num_grad_evals == 3 * (2 * 1500 + 1)
+    assert cost.seconds_per_step > 0
+    assert cost.predicted_seconds == pytest.approx(cost.seconds_per_step * 1500)
