@@ -1,5 +1,8 @@
 """MILE kernel: exactness on known targets, cost, reproducibility and errors."""
 
+import os
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -276,3 +279,23 @@ def test_estimate_cost_reports_gradient_count_and_positive_time():
     assert cost.num_grad_evals == 3 * (2 * 1500 + 1)
     assert cost.seconds_per_step > 0
     assert cost.predicted_seconds == pytest.approx(cost.seconds_per_step * 1500)
+
+
+UCI_DIR = Path(os.environ.get("NUMPYRO_MILE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "uci"))
+
+
+@pytest.mark.skipif(not (UCI_DIR / "yacht.data").exists(), reason="UCI data not available")
+def test_mile_beats_deep_ensemble_on_yacht():
+    from numpyro_mile.datasets import load_uci, split, standardize
+    from numpyro_mile.experiments import evaluate_regression
+
+    X, y = load_uci("yacht", data_dir=UCI_DIR)
+    (train, val, test), _ = standardize(split(X, y, seed=1))
+    de = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), 2, *train, validation=val, progress_bar=False)
+    mcmc = MCMC(MILE(mlp_regression), num_warmup=1000, num_samples=400, thinning=4, num_chains=2,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(1), *train, init_params=de.init_params)
+    rmse_de, lppd_de = evaluate_regression(mlp_regression, de.samples, *test)
+    rmse_mile, lppd_mile = evaluate_regression(mlp_regression, mcmc.get_samples(), *test)
+    assert lppd_mile > lppd_de
+    assert rmse_mile <= rmse_de
