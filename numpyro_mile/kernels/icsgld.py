@@ -45,7 +45,7 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
 from ..minibatch import MinibatchModel
-from .sgld import _CachedPerArgs, _warn_nan, chain_keys, init_chains, is_finite, langevin_move
+from .sgld import _CachedPerArgs, _warn_nan, build_init, chain_keys, check_initial_state, is_finite, langevin_move
 
 __all__ = ["ICSGLD", "ICSGLDState", "default_sa_schedule"]
 
@@ -281,13 +281,13 @@ class ICSGLD(MCMCKernel):
         self._num_warmup = int(num_warmup)
         self._mb = MinibatchModel(self._model, model_args, model_kwargs, kernel_name=self._kernel_name,
                                   rng_key=keys[0])
-        energy_and_grad = self._cache.get(
-            "energy_and_grad", model_args, model_kwargs,
-            lambda: jax.jit(jax.vmap(jax.value_and_grad(self._mb.potential_fn(model_args, model_kwargs)))))
-        z, energy, grad, state_keys = init_chains(self._mb, energy_and_grad, keys, init_params, model_args,
-                                                  model_kwargs, self.init_strategy, True)
-        return self._cache.get("init", model_args, model_kwargs, lambda: jax.jit(self._init_state))(
-            z, energy, grad, state_keys)
+        if init_params is not None:
+            init_params = self._mb.check_init_params(init_params, keys.shape[0], True)
+        init = self._cache.get("init", model_args, model_kwargs, lambda: build_init(
+            self._mb, model_args, model_kwargs, self.init_strategy, self._init_state))
+        state = init(keys, init_params)
+        check_initial_state(self._kernel_name, state.potential_energy, state.z_grad, state.z)
+        return state
 
     def sample(self, state: ICSGLDState, model_args, model_kwargs) -> ICSGLDState:
         potential = self._mb.potential_fn(tuple(model_args), model_kwargs or {})

@@ -22,7 +22,7 @@ is the minibatch energy of the collected position. Burn-in and thinning are NumP
 ``num_warmup`` / ``thinning``.
 
 The pure building blocks (:func:`chain_keys`, :func:`langevin_move`, :func:`is_finite`,
-:func:`init_chains`) are shared with :mod:`numpyro_mile.kernels.icsgld`, which is why ICSGLD
+:func:`build_init`) are shared with :mod:`numpyro_mile.kernels.icsgld`, which is why ICSGLD
 with ``zeta=0`` reproduces this kernel bit for bit.
 """
 
@@ -131,35 +131,45 @@ def is_finite(*trees) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
-def init_chains(mb: MinibatchModel, energy_and_grad: Callable, keys, init_params, model_args, model_kwargs,
-                init_strategy, batched: bool):
-    """Initial positions, minibatch energies and gradients of a batch of chains.
+def build_init(mb: MinibatchModel, model_args: tuple, model_kwargs: dict, init_strategy: Callable,
+               make_state: Callable) -> Callable:
+    """A jit-compiled ``init(keys, init_params) -> state`` for a batch of chains (one compilation).
 
-    Each chain's key is split into ``(init key, minibatch key, state key)``.
-    ``energy_and_grad(z, batch_keys)`` evaluates all chains (e.g. a jitted vmap of
-    ``jax.value_and_grad(potential)``). Returns ``(z, energy, grad, state_keys)``, all with a
-    leading chain axis.
+    Each chain's key is split into ``(init key, minibatch key, state key)``; positions come from
+    ``init_params`` (a dict with a leading chain axis) or, when it is ``None``, from
+    ``init_strategy`` on the full-data model; the minibatch energy and gradient are evaluated
+    at them, and ``make_state(z, energy, grad, state_keys)`` (all with a chain axis) builds the
+    kernel's state.
     """
-    split = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
-    init_keys, batch_keys, state_keys = split[:, 0], split[:, 1], split[:, 2]
-    if init_params is None:
-        z = mb.init_positions(init_keys if batched else init_keys[0], model_args, model_kwargs, init_strategy)
-        if not batched:
-            z = jax.tree.map(lambda x: x[None], z)
-    else:
-        z = mb.check_init_params(init_params, keys.shape[0], batched)
-    energy, grad = energy_and_grad(z, batch_keys)
-    if not isinstance(energy, jax.core.Tracer):
-        bad = ~np.isfinite(np.asarray(energy))
-        for leaf in jax.tree.leaves((grad, z)):
-            leaf = np.asarray(leaf)
-            bad |= ~np.isfinite(leaf.reshape(leaf.shape[0], -1)).all(1)
-        if bad.any():
-            raise ValueError(
-                f"{mb.kernel_name}: the initial position of chain(s) {np.flatnonzero(bad).tolist()} has a non-finite "
-                "potential energy or gradient. Pass finite init_params or another init_strategy."
-            )
-    return z, energy, grad, state_keys
+    potential = mb.potential_fn(model_args, model_kwargs)
+
+    @jax.jit
+    def init(keys, init_params):
+        split = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
+        init_keys, batch_keys, state_keys = split[:, 0], split[:, 1], split[:, 2]
+        if init_params is None:
+            z = mb.init_positions(init_keys, model_args, model_kwargs, init_strategy)
+        else:
+            z = init_params
+        energy, grad = jax.vmap(jax.value_and_grad(potential))(z, batch_keys)
+        return make_state(z, energy, grad, state_keys)
+
+    return init
+
+
+def check_initial_state(kernel_name: str, energy, grad, z) -> None:
+    """Raise when a chain starts where the energy or its gradient is not finite (concrete values only)."""
+    if isinstance(energy, jax.core.Tracer):
+        return
+    bad = ~np.isfinite(np.asarray(energy)).reshape(-1)
+    for leaf in jax.tree.leaves((grad, z)):
+        leaf = np.asarray(leaf)
+        bad |= ~np.isfinite(leaf.reshape(bad.shape[0], -1)).all(1)
+    if bad.any():
+        raise ValueError(
+            f"{kernel_name}: the initial position of chain(s) {np.flatnonzero(bad).tolist()} has a non-finite "
+            "potential energy or gradient. Pass finite init_params or another init_strategy."
+        )
 
 
 def polynomial_schedule(a: float, b: float, gamma: float) -> Callable:
@@ -331,14 +341,13 @@ class SGLD(MCMCKernel):
         self._num_warmup = int(num_warmup)
         self._mb = MinibatchModel(self._model, model_args, model_kwargs, kernel_name=self._kernel_name,
                                   rng_key=keys[0])
-        energy_and_grad = self._cache.get(
-            "energy_and_grad", model_args, model_kwargs,
-            lambda: jax.jit(jax.vmap(jax.value_and_grad(self._mb.potential_fn(model_args, model_kwargs)))))
-        z, energy, grad, state_keys = init_chains(self._mb, energy_and_grad, keys, init_params, model_args, model_kwargs,
-                                                  self.init_strategy, self._batched)
-        build = self._cache.get("init", model_args, model_kwargs,
-                                lambda: jax.jit(jax.vmap(self._init_state, out_axes=self._state_axes())))
-        state = build(z, energy, grad, state_keys)
+        if init_params is not None:
+            init_params = self._mb.check_init_params(init_params, keys.shape[0], self._batched)
+        init = self._cache.get("init", model_args, model_kwargs, lambda: build_init(
+            self._mb, model_args, model_kwargs, self.init_strategy,
+            jax.vmap(self._init_state, out_axes=self._state_axes())))
+        state = init(keys, init_params)
+        check_initial_state(self._kernel_name, state.potential_energy, state.z_grad, state.z)
         if not self._batched:
             state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
         return state
