@@ -3,11 +3,13 @@
 from . import datasets, diagnostics, metrics, models
 from .baselines import bde
 from .ensemble import DeepEnsemble, deep_ensemble
-from .kernels import MILE, MILEState
+from .kernels import ICSGLD, MILE, SGLD, ICSGLDState, MILEState, SGLDState
 from .predictive import log_likelihood, predict
 from .reporting import to_inference_data
+from .weights import importance_weights
 
 __version__ = "0.1.0.dev0"
 
 __all__ = ["MILE", "MILEState", "DeepEnsemble", "bde", "deep_ensemble", "datasets", "diagnostics", "metrics", "models",
-           "log_likelihood", "predict", "to_inference_data"]
+           "log_likelihood", "predict", "to_inference_data",
+           "SGLD", "SGLDState", "ICSGLD", "ICSGLDState", "importance_weights"]

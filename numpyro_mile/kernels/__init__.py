@@ -1,5 +1,7 @@
 """NumPyro MCMC kernels of numpyro_mile, one per module."""
 
+from .icsgld import ICSGLD, ICSGLDState
 from .mile import MILE, MILEState
+from .sgld import SGLD, SGLDState
 
-__all__ = ["MILE", "MILEState"]
+__all__ = ["ICSGLD", "ICSGLDState", "MILE", "MILEState", "SGLD", "SGLDState"]
