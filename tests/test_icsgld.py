@@ -34,6 +34,10 @@ def test_zeta_zero_is_sgld_bit_for_bit():
     assert state.theta.shape == (50,) and state.rng_key.shape[0] == 4
     np.testing.assert_allclose(float(jnp.sum(state.theta)), 1.0, rtol=1e-5)
     np.testing.assert_allclose(importance_weights(mcmc), 1 / 80_000)  # zeta = 0: equal weights
+    # MCMC resumes an ensemble (post_warmup_state) by putting one key into rng_key: split per chain
+    resumed = state._replace(rng_key=jax.random.PRNGKey(5))
+    np.testing.assert_array_equal(resumed.rng_key, jax.random.split(jax.random.PRNGKey(5), 4))
+    assert type(resumed) is type(state) and resumed.theta is state.theta
 
 
 # ---------------------------------------------------------------------------------------------- SA fixed point

@@ -27,6 +27,18 @@ the bin masses), the density of states is :meth:`ICSGLD.density_of_states`, and 
 expectations are importance-weighted with ``theta[J]^zeta``
 (:func:`numpyro_mile.importance_weights`).
 
+Accuracy notes (measured with the tests' targets). The multiplier realises a piecewise
+exponential interpolation of ``theta`` inside each bin, so the fixed point matches the bin
+masses only up to ``O(bin_width)``: on a 2-d Gaussian (energy ~ Exp(1)) with ``du = 0.25`` the
+estimated density of states is within 0.03 of the truth in CDF distance after 22,000 steps of 8
+chains, with an alternating error across neighbouring bins that starts at bin 1 (whose mass
+sits at the bottom of its bin). A mode whose minimum falls inside a bin makes that bin's
+``theta`` too large (the interpolated flattening pulls chains to the bottom of the bin), which
+biases the weights towards that mode; bins narrow compared with the energy spread of each mode
+(``du`` well below ``tau * d / 2`` for a ``d``-dimensional mode) keep this small. Energies above
+the regular bins are not flattened and get weight 0, and ``theta`` of the overflow bin is not
+pinned down by the dynamics: cover every energy the chains will see.
+
 With ``zeta = 0`` the multiplier is exactly 1 and the chains are SGLD's: the same key use
 (:func:`numpyro_mile.kernels.sgld.chain_keys`), so ``ICSGLD(zeta=0)`` reproduces
 :class:`~numpyro_mile.SGLD` bit for bit with the same keys.
