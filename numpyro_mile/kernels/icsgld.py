@@ -40,7 +40,7 @@ the regular bins are not flattened and get weight 0, and ``theta`` of the overfl
 pinned down by the dynamics: cover every energy the chains will see.
 
 With ``zeta = 0`` the multiplier is exactly 1 and the chains are SGLD's: the same key use
-(:func:`numpyro_mile.kernels.sgld.chain_keys`), so ``ICSGLD(zeta=0)`` reproduces
+(:func:`numpyro_mile.kernels.sgld.sgld_transition`), so ``ICSGLD(zeta=0)`` reproduces
 :class:`~numpyro_mile.SGLD` bit for bit with the same keys.
 """
 
@@ -57,7 +57,7 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
 from ..minibatch import MinibatchModel
-from .sgld import _CachedPerArgs, _warn_nan, build_init, chain_keys, check_initial_state, is_finite, langevin_move
+from .sgld import _CachedPerArgs, _warn_nan, build_init, check_initial_state, sgld_transition
 
 __all__ = ["ICSGLD", "ICSGLDState", "default_sa_schedule"]
 
@@ -389,14 +389,10 @@ class ICSGLD(MCMCKernel):
         step_size = jnp.asarray(self.step_size, dtype)
 
         def chain(z, energy, grad, rng_key, multiplier):
-            key, batch_key, noise_key = chain_keys(rng_key)
-            z_new = langevin_move(z, grad, step_size, self.temperature, noise_key, multiplier)
-            energy_new, grad_new = jax.value_and_grad(potential)(z_new, batch_key)
-            ok = is_finite(energy_new, grad_new, z_new)
-            keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)  # noqa: E731
-            return keep(z_new, z), keep(energy_new, energy), keep(grad_new, grad), key, ok
+            return sgld_transition(rng_key, z, energy, grad, potential, step_size, self.temperature, multiplier)
 
-        z, energy, grad, keys, ok = jax.vmap(chain)(state.z, state.potential_energy, state.z_grad, state.rng_key, mult)
+        keys, z, energy, grad, ok = jax.vmap(chain)(state.z, state.potential_energy, state.z_grad, state.rng_key,
+                                                   mult)
         J = self._bins(energy)
         weight = theta[J] if not self.csgld else jnp.exp(self.zeta * log_theta[J])
         onehot = jax.nn.one_hot(J, self.num_bins, dtype=dtype)

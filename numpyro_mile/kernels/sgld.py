@@ -24,9 +24,9 @@ costs exactly one gradient evaluation per chain (plus one at ``init``); ``potent
 is the minibatch energy of the collected position. Burn-in and thinning are NumPyro's
 ``num_warmup`` / ``thinning``.
 
-The pure building blocks (:func:`chain_keys`, :func:`langevin_move`, :func:`is_finite`,
-:func:`build_init`) are shared with :mod:`numpyro_mile.kernels.icsgld`, which is why ICSGLD
-with ``zeta=0`` reproduces this kernel bit for bit.
+The pure building blocks (:func:`chain_keys`, :func:`sgld_transition`, :func:`build_init`) are
+shared with :mod:`numpyro_mile.kernels.icsgld`, which is why ICSGLD with ``zeta=0`` reproduces
+this kernel bit for bit.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from numpyro.util import is_prng_key
 
 from ..minibatch import MinibatchModel
 
-__all__ = ["SGLD", "SGLDState", "RunningMoments", "Moments", "langevin_move", "polynomial_schedule"]
+__all__ = ["SGLD", "SGLDState", "RunningMoments", "Moments", "langevin_move", "polynomial_schedule", "sgld_transition"]
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -128,10 +128,26 @@ def langevin_move(z, grad, step_size, temperature, noise_key, multiplier=1.0, pr
     return unravel(new)
 
 
-def is_finite(*trees) -> jax.Array:
-    """Whether every leaf of every pytree is finite (a scalar boolean)."""
-    leaves = [jnp.all(jnp.isfinite(x)) for tree in trees for x in jax.tree.leaves(tree)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+def sgld_transition(rng_key, z, energy, grad, potential: Callable, step_size, temperature, multiplier=1.0,
+                    preconditioner=None):
+    """One (p)SGLD step of one chain, from a position with its minibatch energy and gradient.
+
+    Splits ``rng_key`` with :func:`chain_keys`, moves ``z`` (:func:`langevin_move`, with the
+    gradient multiplied by ``multiplier``), and evaluates ``value_and_grad(potential)`` at the
+    new position on a fresh minibatch. A non-finite energy, gradient or position is rejected:
+    the inputs are returned. Works on the flattened position (one select per array instead of
+    one per site). Returns ``(next key, z, energy, grad, accepted)``.
+    """
+    key, batch_key, noise_key = chain_keys(rng_key)
+    flat, unravel = ravel_pytree(z)
+    g, _ = ravel_pytree(grad)
+    G = None if preconditioner is None else ravel_pytree(preconditioner)[0]
+    new = langevin_move(flat, g, step_size, temperature, noise_key, multiplier, G)
+    new_energy, new_grad = jax.value_and_grad(potential)(unravel(new), batch_key)
+    new_g, _ = ravel_pytree(new_grad)
+    ok = jnp.isfinite(new_energy) & jnp.all(jnp.isfinite(new_g)) & jnp.all(jnp.isfinite(new))
+    return (key, unravel(jnp.where(ok, new, flat)), jnp.where(ok, new_energy, energy),
+            unravel(jnp.where(ok, new_g, g)), ok)
 
 
 def build_init(mb: MinibatchModel, model_args: tuple, model_kwargs: dict, init_strategy: Callable,
@@ -423,20 +439,16 @@ class SGLD(MCMCKernel):
         )
 
     def _chain_step(self, state: SGLDState, potential: Callable) -> SGLDState:
-        key, batch_key, noise_key = chain_keys(state.rng_key)
         step_size = jnp.asarray(self.schedule(state.i), dtype=state.potential_energy.dtype)
         G = None
         if state.preconditioner is not None:
             G = jax.tree.map(lambda v: 1.0 / (self.rmsprop_eps + jnp.sqrt(v)), state.preconditioner)
-        z_new = langevin_move(state.z, state.z_grad, step_size, self.temperature, noise_key, 1.0, G)
-        energy, grad = jax.value_and_grad(potential)(z_new, batch_key)
-        ok = is_finite(energy, grad, z_new)
-        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)  # noqa: E731
-        z, energy, grad = keep(z_new, state.z), keep(energy, state.potential_energy), keep(grad, state.z_grad)
+        key, z, energy, grad, ok = sgld_transition(state.rng_key, state.z, state.potential_energy, state.z_grad,
+                                                   potential, step_size, self.temperature, 1.0, G)
         precond = state.preconditioner
         if precond is not None:
             a = self.rmsprop_decay
-            precond = keep(jax.tree.map(lambda v, g: a * v + (1 - a) * g * g, precond, grad), precond)
+            precond = jax.tree.map(lambda v, g: jnp.where(ok, a * v + (1 - a) * g * g, v), precond, grad)
         moments = state.moments
         if moments is not None:
             moments = _welford(moments, z, state.i >= self._num_warmup)
