@@ -8,8 +8,8 @@ potential energy of the model on those rows,
 
 is an unbiased estimate of the full-data potential ``U(x)``. This module supplies the rows:
 every evaluation draws fresh indices (``n`` of ``N`` without replacement,
-:func:`sample_without_replacement`) for every
-subsampled plate found in a trace of the model and substitutes them as the plate's value,
+:func:`sample_without_replacement`) for every subsampled plate found in a trace of the model
+and substitutes them as the plate's value,
 
     numpyro.handlers.substitute(model, data={plate_name: indices})
 

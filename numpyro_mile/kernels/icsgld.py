@@ -196,7 +196,7 @@ class ICSGLD(MCMCKernel):
         >>> from numpyro_mile.datasets import toy_regression
         >>> from numpyro_mile.models import mlp_regression
         >>> X, y = toy_regression(100)
-        >>> kernel = ICSGLD(mlp_regression, 1e-4, zeta=1.0, num_bins=100, bin_width=20.0, min_energy=-500.0)
+        >>> kernel = ICSGLD(mlp_regression, 1e-4, zeta=1.0, num_bins=100, bin_width=100.0, min_energy=-500.0)
         >>> mcmc = MCMC(kernel, num_warmup=100, num_samples=50, num_chains=4,
         ...             chain_method="vectorized", progress_bar=False)
         >>> mcmc.run(jax.random.PRNGKey(0), X, y, hidden=(8,), subsample_size=20)
