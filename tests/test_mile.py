@@ -224,13 +224,12 @@ def test_error_init_params(toy_ensemble):
         mcmc.run(jax.random.PRNGKey(0), X, y, hidden=(4,), init_params=bad)
 
 
-def test_mile_beats_deep_ensemble_on_toy_regression():
-    """Test LPPD above the DE's and RMSE no worse, on the 1-D toy with a gap (fixed seeds)."""
+def check_mile_beats_deep_ensemble(X, y, split_seed):
+    """Test LPPD above the DE's and RMSE no worse (2 members/chains, fixed seeds)."""
     from numpyro_mile.datasets import split, standardize
     from numpyro_mile.experiments import evaluate_regression
 
-    X, y = toy_regression(200, seed=0)
-    (train, val, test), _ = standardize(split(X, y, seed=0))
+    (train, val, test), _ = standardize(split(X, y, seed=split_seed))
     de = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), 2, *train, validation=val, progress_bar=False)
     mcmc = MCMC(MILE(mlp_regression), num_warmup=1000, num_samples=400, thinning=4, num_chains=2,
                 chain_method="vectorized", progress_bar=False)
@@ -239,6 +238,11 @@ def test_mile_beats_deep_ensemble_on_toy_regression():
     rmse_mile, lppd_mile = evaluate_regression(mlp_regression, mcmc.get_samples(), *test)
     assert lppd_mile > lppd_de
     assert rmse_mile <= rmse_de
+
+
+def test_mile_beats_deep_ensemble_on_toy_regression():
+    """On the 1-D toy with a gap."""
+    check_mile_beats_deep_ensemble(*toy_regression(200, seed=0), split_seed=0)
 
 
 PARALLEL_SCRIPT = """
@@ -286,16 +290,6 @@ UCI_DIR = Path(os.environ.get("NUMPYRO_MILE_DATA", Path(__file__).resolve().pare
 
 @pytest.mark.skipif(not (UCI_DIR / "yacht.data").exists(), reason="UCI data not available")
 def test_mile_beats_deep_ensemble_on_yacht():
-    from numpyro_mile.datasets import load_uci, split, standardize
-    from numpyro_mile.experiments import evaluate_regression
+    from numpyro_mile.datasets import load_uci
 
-    X, y = load_uci("yacht", data_dir=UCI_DIR)
-    (train, val, test), _ = standardize(split(X, y, seed=1))
-    de = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), 2, *train, validation=val, progress_bar=False)
-    mcmc = MCMC(MILE(mlp_regression), num_warmup=1000, num_samples=400, thinning=4, num_chains=2,
-                chain_method="vectorized", progress_bar=False)
-    mcmc.run(jax.random.PRNGKey(1), *train, init_params=de.init_params)
-    rmse_de, lppd_de = evaluate_regression(mlp_regression, de.samples, *test)
-    rmse_mile, lppd_mile = evaluate_regression(mlp_regression, mcmc.get_samples(), *test)
-    assert lppd_mile > lppd_de
-    assert rmse_mile <= rmse_de
+    check_mile_beats_deep_ensemble(*load_uci("yacht", data_dir=UCI_DIR), split_seed=1)
