@@ -353,3 +353,44 @@ def test_toy_grid():
     G = toy_regression_grid(7)
     assert G.shape == (7, 1)
     np.testing.assert_allclose(G[:, 0], np.linspace(-1.5, 1.5, 7))
+
+
+# ---------------------------------------------------------------- classification sets
+@pytest.mark.parametrize("name, shape, classes", [("digits", (8, 8, 1), 10), ("mnist1d", (40, 1), 10)])
+def test_classification_sets_shapes_labels_and_seed(name, shape, classes):
+    from numpyro_mile import datasets
+
+    loader = getattr(datasets, name)
+    kwargs = {"images": True} if name == "digits" else {"channel_axis": True}
+    parts = loader(seed=3, **kwargs)
+    assert datasets.NUM_CLASSES[name] == classes
+    for X, y in parts:
+        assert X.shape[1:] == shape and X.dtype == np.float32 and y.dtype == np.int32
+        assert np.isfinite(X).all() and set(np.unique(y)) <= set(range(classes))
+    assert set(np.unique(parts.train[1])) == set(range(classes))
+    again = loader(seed=3, **kwargs)
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(parts, again))
+    other = loader(seed=4, **kwargs)
+    assert not np.array_equal(parts.train[1], other.train[1])
+
+
+def test_mnist1d_restores_numpy_global_state():
+    from numpyro_mile.datasets import mnist1d
+
+    np.random.seed(123)
+    expected = np.random.rand()
+    np.random.seed(123)
+    mnist1d(num_samples=100)
+    assert np.random.rand() == expected
+    with pytest.raises(ValueError, match="multiple of 10"):
+        mnist1d(num_samples=15)
+
+
+@needs_shared
+def test_ionosphere_split_is_standardised_binary():
+    from numpyro_mile.datasets import ionosphere
+
+    (X, y), val, test = ionosphere(seed=1, data_dir=SHARED_UCI)
+    assert X.shape[1] == 33 and set(np.unique(y)) == {0, 1}
+    np.testing.assert_allclose(X.mean(0), 0.0, atol=1e-5)
+    assert len(X) + len(val[0]) + len(test[0]) == 351

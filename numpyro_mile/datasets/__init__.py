@@ -11,6 +11,7 @@ Typical use::
     rmse_in_db = scaler.inverse_scale(rmse_standardised)
 """
 
+from .classification import NUM_CLASSES, digits, ionosphere, mnist1d
 from .preprocess import Split, Standardizer, split, standardize
 from .toy import GAP, toy_function, toy_regression, toy_regression_grid
 from .uci import (
@@ -25,6 +26,10 @@ from .uci import (
 )
 
 __all__ = [
+    "NUM_CLASSES",
+    "digits",
+    "ionosphere",
+    "mnist1d",
     "DATA_ENV_VAR",
     "GAP",
     "MILE_COMMIT",
