@@ -54,6 +54,38 @@ def evaluate_regression(model: Callable, samples: dict, X_test, y_test, **model_
     return metrics.rmse(y_test, mu), metrics.lppd(ll)
 
 
+def predictive_probs(model: Callable, samples: dict, X, batch_size: int = 100, **model_kwargs) -> np.ndarray:
+    """Posterior predictive class probabilities of a classifier with a ``logits`` output.
+
+    Per-sample softmax probabilities are averaged over samples chunk by chunk (memory
+    ``O(batch_size x N x C)``).
+
+    :param samples: flat samples, dict site -> ``(S, ...)``.
+    :param X: inputs, leading axis ``N``.
+    :return: shape ``(N, C)``.
+    """
+    from .predictive import predict
+
+    latent = {k: v for k, v in samples.items() if k not in ("logits", "y")}
+    num_samples = int(jax.tree.leaves(latent)[0].shape[0])
+    total = None
+    for start in range(0, num_samples, batch_size):
+        chunk = {k: v[start:start + batch_size] for k, v in latent.items()}
+        logits = predict(model, chunk, X, batch_size=batch_size, return_sites=["logits"], **model_kwargs)["logits"]
+        probs = np.asarray(jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1), np.float64).sum(axis=0)
+        total = probs if total is None else total + probs
+    return total / num_samples
+
+
+def evaluate_classification(model: Callable, samples: dict, X_test, y_test, num_bins: int = 15,
+                            **model_kwargs) -> dict[str, float]:
+    """Accuracy, LPPD (= -NLL), NLL, ECE and MCE (top label, ``num_bins`` bins) of the predictive mean."""
+    probs = predictive_probs(model, samples, X_test, **model_kwargs)
+    nll = metrics.nll(probs, y_test)
+    return dict(accuracy=metrics.accuracy(probs, y_test), lppd=-nll, nll=nll,
+                ece=metrics.ece(probs, y_test, num_bins), mce=metrics.mce(probs, y_test, num_bins))
+
+
 def _mixing(samples_by_chain: dict) -> tuple[float, float]:
     flat = {k: np.asarray(v) for k, v in samples_by_chain.items()}
     if next(iter(flat.values())).shape[1] < 16:  # too few draws for ESS and a 4-split R-hat

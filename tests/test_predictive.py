@@ -162,3 +162,20 @@ def _no_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         yield
+
+
+def test_predictive_probs_average_softmax_over_samples_in_chunks():
+    from numpyro_mile.experiments import evaluate_classification, predictive_probs
+    from numpyro_mile.models import mlp_apply, mlp_classification
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(7, 3)).astype(np.float32)
+    y = rng.integers(0, 4, size=7)
+    shapes = {"w0": (3, 5), "b0": (5,), "w1": (5, 4), "b1": (4,)}
+    samples = {k: rng.normal(size=(5, *s)).astype(np.float32) for k, s in shapes.items()}
+    probs = predictive_probs(mlp_classification, samples, X, batch_size=2, num_classes=4, hidden=(5,))
+    manual = np.mean([jax.nn.softmax(mlp_apply({k: v[s] for k, v in samples.items()}, X), axis=-1)
+                      for s in range(5)], axis=0)
+    np.testing.assert_allclose(probs, manual, rtol=1e-5, atol=1e-6)
+    scores = evaluate_classification(mlp_classification, samples, X, y, num_classes=4, hidden=(5,))
+    assert scores["lppd"] == pytest.approx(np.mean(np.log(manual[np.arange(7), y])), rel=1e-5)
