@@ -52,9 +52,18 @@ def bde(
         >>> mcmc.get_samples()["w0"].shape
         (20, 1, 4)
     """
-    num_chains = int(jax.tree.leaves(init_params)[0].shape[0])
-    kernel = NUTS(model, max_tree_depth=max_tree_depth, target_accept_prob=target_accept_prob, dense_mass=dense_mass)
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                thinning=thinning, chain_method=chain_method, progress_bar=progress_bar)
+    mcmc = bde_mcmc(model, int(jax.tree.leaves(init_params)[0].shape[0]), num_warmup=num_warmup,
+                    num_samples=num_samples, thinning=thinning, max_tree_depth=max_tree_depth,
+                    target_accept_prob=target_accept_prob, dense_mass=dense_mass, chain_method=chain_method,
+                    progress_bar=progress_bar)
     mcmc.run(rng_key, *model_args, init_params=init_params, extra_fields=extra_fields, **model_kwargs)
     return mcmc
+
+
+def bde_mcmc(model: Callable, num_chains: int, *, num_warmup: int = 1000, num_samples: int = 1000, thinning: int = 1,
+             max_tree_depth: int = 10, target_accept_prob: float = 0.8, dense_mass: bool = False,
+             chain_method: str = "sequential", progress_bar: bool = True) -> MCMC:
+    """The :class:`~numpyro.infer.MCMC` that :func:`bde` runs, not yet run (to time warmup and sampling apart)."""
+    kernel = NUTS(model, max_tree_depth=max_tree_depth, target_accept_prob=target_accept_prob, dense_mass=dense_mass)
+    return MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                thinning=thinning, chain_method=chain_method, progress_bar=progress_bar)

@@ -16,7 +16,7 @@ from numpyro.infer import MCMC, Predictive
 from numpyro.infer.util import log_likelihood
 
 from . import metrics
-from .baselines import bde
+from .baselines import bde, bde_mcmc
 from .diagnostics import chainwise_rhat, ess
 from .ensemble import DeepEnsemble
 from .kernels import MILE
@@ -33,6 +33,11 @@ class MethodResult(NamedTuple):
     :ivar ess: mean over parameters of the per-chain rank-normalised ESS (NaN for DE).
     :ivar crhat: mean chainwise split R-hat (NaN for DE).
     :ivar num_nans: rejected non-finite steps (MILE), divergences (NUTS).
+    :ivar cpu_seconds: process CPU seconds (all threads) of the timed run; less sensitive than
+        ``seconds`` to other jobs on a shared machine.
+    :ivar warmup_seconds: wall seconds of the warmup part of ``seconds`` (BDE; NaN where not split).
+    :ivar projected_seconds: ``seconds`` projected to ``projected_samples`` draws: warmup time plus the
+        measured time per draw times ``projected_samples`` (equal to ``seconds`` when not projected).
     """
 
     method: str
@@ -44,6 +49,9 @@ class MethodResult(NamedTuple):
     ess: float
     crhat: float
     num_nans: int
+    cpu_seconds: float = float("nan")
+    warmup_seconds: float = float("nan")
+    projected_seconds: float = float("nan")
 
 
 def evaluate_regression(model: Callable, samples: dict, X_test, y_test, **model_kwargs) -> tuple[float, float]:
@@ -95,11 +103,17 @@ def _mixing(samples_by_chain: dict) -> tuple[float, float]:
     return float(np.nanmean(ess_values)), float(np.nanmean(crhat_values))
 
 
-def _wall(fn: Callable) -> tuple[object, float]:
-    start = time.perf_counter()
+def _timed(fn: Callable) -> tuple[object, float, float]:
+    """Run ``fn`` (returning an MCMC) to completion; (result, wall seconds, process CPU seconds)."""
+    start, cpu_start = time.perf_counter(), time.process_time()
     out = fn()
     jax.block_until_ready(out.get_samples())
-    return out, time.perf_counter() - start
+    return out, time.perf_counter() - start, time.process_time() - cpu_start
+
+
+def _wall(fn: Callable) -> tuple[object, float]:
+    out, wall, _ = _timed(fn)
+    return out, wall
 
 
 def run_de(model, ensemble: DeepEnsemble, X_test, y_test, **model_kwargs) -> MethodResult:
@@ -127,18 +141,26 @@ def run_mile(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, n
 
     # a tiny run with the same shapes measures start-up and compilation
     _, compile_seconds = _wall(lambda: go(20, thinning, MILE(model, **{**options, "phase_split": (0.4, 0.1, 0.5)})))
-    warm, seconds = _wall(lambda: go(num_warmup, num_samples, MILE(model, **options)))
+    warm, seconds, cpu_seconds = _timed(lambda: go(num_warmup, num_samples, MILE(model, **options)))
     rmse, lppd = evaluate_regression(model, warm.get_samples(), X_test, y_test, **model_kwargs)
     ess_mean, crhat = _mixing(warm.get_samples(group_by_chain=True))
     nans = int(np.asarray(warm.get_extra_fields(group_by_chain=True)["num_nans"])[:, -1].sum())
     grads = MILE.num_grad_evals(num_warmup, num_samples, num_chains)
-    return MethodResult("MILE", rmse, lppd, seconds, compile_seconds, grads, ess_mean, crhat, nans)
+    return MethodResult("MILE", rmse, lppd, seconds, compile_seconds, grads, ess_mean, crhat, nans,
+                        cpu_seconds=cpu_seconds, projected_seconds=seconds)
 
 
 def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, num_warmup: int, num_samples: int,
             thinning: int = 1, chain_method: str = "sequential", progress_bar: bool = False, label: str = "BDE",
-            **model_kwargs) -> MethodResult:
-    """BDE (NUTS from the members); times measured as for :func:`run_mile`."""
+            projected_samples: int | None = None, **model_kwargs) -> MethodResult:
+    """BDE (NUTS from the members); times measured as for :func:`run_mile`.
+
+    Warmup and sampling are timed separately (``mcmc.warmup`` then ``mcmc.run``), so that a run
+    with few draws projects the time of ``projected_samples`` draws (e.g. the paper's 1000):
+    ``seconds + net_sampling * (projected_samples / num_samples - 1)``, where ``net_sampling`` is the
+    sampling run's time less ``compile_seconds`` (NumPyro compiles each run). After warmup the
+    tree sizes are stationary, so the time per draw is too, up to Monte Carlo noise.
+    """
 
     def go(nw, ns):
         return bde(model, ensemble.init_params, *train, rng_key=rng_key, num_warmup=nw, num_samples=ns,
@@ -146,14 +168,27 @@ def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, nu
                    extra_fields=("num_steps", "diverging"), **model_kwargs)
 
     _, compile_seconds = _wall(lambda: go(2, thinning))
-    mcmc, seconds = _wall(lambda: go(num_warmup, num_samples))
+    mcmc = bde_mcmc(model, int(jax.tree.leaves(ensemble.init_params)[0].shape[0]), num_warmup=num_warmup,
+                    num_samples=num_samples, thinning=thinning, chain_method=chain_method, progress_bar=progress_bar)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    mcmc.warmup(rng_key, *train, init_params=ensemble.init_params, **model_kwargs)
+    jax.block_until_ready(mcmc.post_warmup_state)
+    warmup_seconds = time.perf_counter() - start
+    mcmc.run(mcmc.post_warmup_state.rng_key, *train, extra_fields=("num_steps", "diverging"), **model_kwargs)
+    jax.block_until_ready(mcmc.get_samples())
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     rmse, lppd = evaluate_regression(model, mcmc.get_samples(), X_test, y_test, **model_kwargs)
     ess_mean, crhat = _mixing(mcmc.get_samples(group_by_chain=True))
     fields = mcmc.get_extra_fields()
     # collected steps only: warmup gradients are estimated at the sampling phase's mean tree size
     steps = np.asarray(fields["num_steps"])
     grads = int(steps.sum() * thinning * (num_warmup + num_samples) / max(num_samples, 1))
-    return MethodResult(label, rmse, lppd, seconds, compile_seconds, grads, ess_mean, crhat, int(np.sum(fields["diverging"])))
+    # the sampling run compiles again (about compile_seconds): only its net time scales with draws
+    net_sampling = max(seconds - warmup_seconds - compile_seconds, 0.0)
+    projected = seconds + net_sampling * ((projected_samples or num_samples) / max(num_samples, 1) - 1)
+    return MethodResult(label, rmse, lppd, seconds, compile_seconds, grads, ess_mean, crhat,
+                        int(np.sum(fields["diverging"])), cpu_seconds=cpu_seconds, warmup_seconds=warmup_seconds,
+                        projected_seconds=projected)
 
 
 def format_table(results: list[MethodResult]) -> str:
