@@ -14,6 +14,8 @@ import optax
 import pytest
 
 from numpyro_mile.approx import ApproxPosterior, fit_laplace, fit_map, fit_mc_dropout, fit_vi
+from numpyro_mile.approx._common import Problem
+from numpyro_mile.approx.dropout import dropout_plan
 from numpyro_mile.experiments import predictive_probs
 from numpyro_mile.models import layer_shapes, mlp_classification
 
@@ -174,7 +176,7 @@ def test_mc_dropout_optimum_on_linear_regression():
     The optimisation is stochastic (one mask per step); Adam decays to lr 1e-4: we allow 0.01 absolute
     (the solution is O(1)); a KL weight of 1 instead of 1 - p, or dropping to 0 instead of m0, is off by
     more than 0.05 here."""
-    X, y = data(30, seed=7)
+    X, y = data(5, seed=7)
     p = 0.3
     Xd, r0 = np.asarray(X, np.float64), np.asarray(y, np.float64) - np.asarray(X, np.float64) @ M0
     lhs = (1 - p) * Xd.T @ Xd + p * np.diag((Xd**2).sum(0)) + SIGMA**2 / S0**2 * np.eye(D)
@@ -196,32 +198,34 @@ def _mlp_problem():
     return X, y, dict(num_classes=2, hidden=(6,), prior_mean=prior_mean)
 
 
-@pytest.mark.parametrize("bias", ["gaussian", "spikymix", "uninformative"])
-def test_mc_dropout_sampling_shapes_and_rate(bias):
+def test_mc_dropout_sampling_shapes_and_rate():
     """Draws keep the site shapes; weights (and spikymix biases) equal the prior mean with frequency p
-    within 5 binomial standard errors; other biases are never dropped; the KL weights follow the option."""
+    within 5 binomial standard errors; Gaussian and uninformative biases are never dropped; the KL
+    weight of a site is 1 - p when dropped, 1 for a Gaussian bias, 0 for an uninformative one."""
     X, y, kwargs = _mlp_problem()
-    p = 0.3
-    q = fit_mc_dropout(mlp_classification, jax.random.PRNGKey(0), X, y, drop_prob=p, bias=bias, num_steps=50,
-                       **kwargs)
-    nst = 500
-    draws = q.sample(jax.random.PRNGKey(1), nst)
-    for name, shape in layer_shapes(5, (6,), 2).items():
-        assert draws[name].shape == (nst, *shape)
-        np.testing.assert_array_equal(np.asarray(q.anchor[name]), np.asarray(kwargs["prior_mean"][name]))
-        assert not np.any(np.asarray(q.loc[name]) == np.asarray(q.anchor[name]))
-        dropped = np.asarray(draws[name]) == np.asarray(q.anchor[name])
-        kept = np.asarray(draws[name]) == np.asarray(q.loc[name])
-        assert np.all(dropped | kept)
-        rate = 0.0 if (name.startswith("b") and bias != "spikymix") else p
-        se = np.sqrt(p * (1 - p) / dropped.size)
-        assert abs(dropped.mean() - rate) < 5 * se, (name, dropped.mean(), rate)
-        expected_kl = {"gaussian": 1.0, "uninformative": 0.0, "spikymix": 1 - p}[bias] if name.startswith("b") \
-            else 1 - p
-        assert q.info["kl_weight"][name] == pytest.approx(expected_kl)
-    assert {k: v.shape[0] for k, v in q.sample(jax.random.PRNGKey(1), 0).items()} == {k: 1 for k in draws}
+    p, nst = 0.3, 500
+    for bias in ("spikymix", "gaussian"):
+        q = fit_mc_dropout(mlp_classification, jax.random.PRNGKey(0), X, y, drop_prob=p, bias=bias, num_steps=50,
+                           **kwargs)
+        draws = q.sample(jax.random.PRNGKey(1), nst)
+        for name, shape in layer_shapes(5, (6,), 2).items():
+            assert draws[name].shape == (nst, *shape)
+            np.testing.assert_array_equal(np.asarray(q.anchor[name]), np.asarray(kwargs["prior_mean"][name]))
+            assert not np.any(np.asarray(q.loc[name]) == np.asarray(q.anchor[name]))
+            dropped = np.asarray(draws[name]) == np.asarray(q.anchor[name])
+            kept = np.asarray(draws[name]) == np.asarray(q.loc[name])
+            assert np.all(dropped | kept)
+            is_bias = name.startswith("b")
+            rate = 0.0 if (is_bias and bias == "gaussian") else p
+            assert abs(dropped.mean() - rate) < 5 * np.sqrt(p * (1 - p) / dropped.size), (bias, name, dropped.mean())
+            assert q.info["kl_weight"][name] == pytest.approx(1.0 if (is_bias and bias == "gaussian") else 1 - p)
+        assert all(v.shape[0] == 1 for v in q.sample(jax.random.PRNGKey(1), 0).values())
     probs = predictive_probs(mlp_classification, draws, X, **{k: v for k, v in kwargs.items() if k != "prior_mean"})
     assert probs.shape == (40, 2) and np.allclose(probs.sum(1), 1.0, atol=1e-5)
+    problem = Problem(mlp_classification, (X, y), kwargs, "test")
+    drop, kl_weight = dropout_plan(problem, p, "uninformative", None)
+    assert drop == {"w0": p, "b0": 0.0, "w1": p, "b1": 0.0}
+    assert kl_weight == pytest.approx({"w0": 1 - p, "b0": 0.0, "w1": 1 - p, "b1": 0.0})
 
 
 def test_pretrained_prior_mean_pulls_the_map():

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import potential_energy
@@ -87,24 +88,30 @@ class ApproxPosterior(NamedTuple):
         if isinstance(nst, bool) or not isinstance(nst, (int, np.integer)) or nst < 0:
             raise ValueError(f"nst must be a non-negative integer (0 = posterior mean), got {nst!r}.")
         if nst == 0:
-            draws = jax.tree.map(lambda x: jnp.asarray(x)[None], self.mean())
-        else:
-            draws = _draw(rng_key, int(nst), self.loc, self.scale, self.anchor, self.drop_prob)
-        return jax.vmap(self.constrain)(draws)
+            return jax.vmap(self.constrain)(jax.tree.map(lambda x: jnp.asarray(x)[None], self.mean()))
+        return jax.vmap(self.constrain)(_draw(rng_key, self.loc, self.scale, self.anchor, self.drop_prob, int(nst)))
 
 
-def _draw(rng_key, nst: int, loc: dict, scale: dict, anchor, drop_prob) -> dict:
-    names = list(loc)
-    keys = jax.random.split(rng_key, 2 * len(names))
-    out = {}
-    for i, name in enumerate(names):
-        shape = (nst,) + jnp.shape(loc[name])
-        u = loc[name] + scale[name] * jax.random.normal(keys[2 * i], shape)
-        if drop_prob is not None:
-            dropped = jax.random.bernoulli(keys[2 * i + 1], drop_prob[name], shape)
-            u = jnp.where(dropped, anchor[name], u)
-        out[name] = u
-    return out
+def _draw(rng_key, loc: dict, scale: dict, anchor, drop_prob, nst: int) -> dict:
+    """``nst`` unconstrained draws, from one random array over the flattened coordinates.
+
+    Only the draws a family needs are made (Gaussian noise when some scale is positive, dropout masks
+    when some probability is): on CPU each compiled random-number operation costs about a second of
+    compilation, far more than the draws.
+    """
+    flat_loc, unravel = ravel_pytree(loc)
+    flat = jnp.broadcast_to(flat_loc, (nst,) + flat_loc.shape)
+    normal_key, mask_key = jax.random.split(rng_key)
+    flat_scale = ravel_pytree(scale)[0]
+    if bool(jnp.any(flat_scale > 0)):
+        flat = flat + flat_scale * jax.random.normal(normal_key, flat.shape, flat.dtype)
+    if drop_prob is not None:
+        probs = ravel_pytree({k: jnp.full(jnp.shape(loc[k]), drop_prob[k]) for k in loc})[0]
+        if bool(jnp.any(probs > 0)):
+            dropped = jax.random.uniform(mask_key, flat.shape) < probs
+            flat = jnp.where(dropped, ravel_pytree({k: jnp.broadcast_to(anchor[k], jnp.shape(loc[k])) for k in loc})[0],
+                             flat)
+    return jax.vmap(unravel)(flat)
 
 
 class ScaleSites(Messenger):
