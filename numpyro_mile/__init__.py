@@ -13,3 +13,9 @@ __version__ = "0.1.0.dev0"
 __all__ = ["MILE", "MILEState", "DeepEnsemble", "bde", "deep_ensemble", "datasets", "diagnostics", "metrics", "models",
            "log_likelihood", "predict", "to_inference_data",
            "SGLD", "SGLDState", "ICSGLD", "ICSGLDState", "importance_weights"]
+
+from .checkpoint import CheckpointError, ChunkedRun, load_checkpoint, run_chunked, save_checkpoint  # noqa: E402
+from .streaming import SampleStore, load_inference_data, load_samples  # noqa: E402
+
+__all__ += ["save_checkpoint", "load_checkpoint", "run_chunked", "ChunkedRun", "CheckpointError",
+            "SampleStore", "load_samples", "load_inference_data"]

@@ -1,0 +1,766 @@
+"""Checkpoints of MCMC runs and a chunked driver that resumes a run bit for bit.
+
+Two levels:
+
+* :func:`save_checkpoint` / :func:`load_checkpoint` store any kernel state that is a pytree of
+  arrays (namedtuples, dicts, tuples, lists, ``None``; MILE, SGLD, ICSGLD, NUTS/HMC) in one file.
+  Writes are atomic (a temporary file, ``fsync``, ``os.replace``): a crash while saving leaves
+  the previous checkpoint readable. The file records a format version, a SHA-256 checksum of
+  every array (a truncated or damaged file raises :class:`CheckpointError`) and a fingerprint of
+  the run (kernel class and settings, model, data, MCMC settings) that is checked on loading.
+  Between NumPyro runs this is all that is needed::
+
+      mcmc.warmup(key, X, y)
+      save_checkpoint(mcmc, "warm.ckpt", model_args=(X, y))
+      ...                                             # later, in another process
+      ckpt = load_checkpoint("warm.ckpt", mcmc=mcmc, model_args=(X, y))  # sets post_warmup_state
+      mcmc.run(ckpt.state.rng_key, X, y)
+
+* :func:`run_chunked` runs an ``MCMC`` object's whole run (warmup and sampling) in chunks of
+  ``chunk_size`` steps, streams the kept draws of each chunk to a
+  :class:`numpyro_mile.streaming.SampleStore` (memory is bounded by one chunk, not by the
+  run) and saves a checkpoint after each chunk. Called again with the same arguments after a
+  crash, it continues from the last checkpoint, mid-warmup or mid-sampling, and produces the
+  same draws, bit for bit, as an uninterrupted run, which are also the draws ``MCMC.run``
+  keeps (same keys, same ``thinning`` positions).
+
+NumPyro's ``MCMC.run`` cannot stop mid-warmup: kernels such as MILE and NUTS keep their
+adaptation schedule in Python closures built by ``init`` from ``num_warmup``, and ``MCMC``
+restarts its own step counter. :func:`run_chunked` therefore drives the kernel itself, with
+NumPyro's interface only (``kernel.init``, ``kernel.sample``, ``kernel.postprocess_fn``): on
+resume it calls ``init`` with the checkpoint's positions (which rebuilds those closures, and
+for MILE skips pretraining), then replaces the fresh state by the saved one.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import io
+import json
+import os
+import time
+import warnings
+import zipfile
+from operator import attrgetter
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.util import is_prng_key
+from tqdm.auto import tqdm
+
+from .streaming import SampleStore, _store_dtype, atomic_write_bytes, load_inference_data, load_samples
+
+__all__ = [
+    "CHECKPOINT_VERSION", "Checkpoint", "CheckpointError", "ChunkProgress", "ChunkedRun",
+    "load_checkpoint", "run_chunked", "run_fingerprint", "save_checkpoint",
+]
+
+#: version of the checkpoint file format
+CHECKPOINT_VERSION = 1
+_META = "__meta__"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used: truncated, damaged, another format version, or
+    written by another run (model, data, kernel settings or MCMC settings)."""
+
+
+class Checkpoint(NamedTuple):
+    """A loaded checkpoint.
+
+    :ivar state: the kernel state (a pytree of JAX arrays), as ``mcmc.last_state``.
+    :ivar step: steps (warmup + sampling) the chains had taken, when known, else ``None``.
+    :ivar num_draws: draws per chain written to the sample store (:func:`run_chunked`), else 0.
+    :ivar fingerprint: what identifies the run (see :func:`run_fingerprint`).
+    :ivar metadata: other recorded information (versions, time, user ``metadata``).
+    :ivar extra: other saved arrays (:func:`run_chunked` keeps the initial keys here).
+    """
+
+    state: Any
+    step: int | None
+    num_draws: int
+    fingerprint: dict
+    metadata: dict
+    extra: dict
+
+
+# ============================================================================== pytree <-> arrays
+def _leaf_to_numpy(x, info: dict) -> np.ndarray:
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        info["prng_impl"] = str(jax.random.key_impl(x))
+        x = jax.random.key_data(x)
+    elif isinstance(x, (bool, int, float, complex)):
+        info["python"] = type(x).__name__
+    return np.asarray(jax.device_get(x))
+
+
+def _encode(tree, leaves: list) -> Any:
+    """A JSON description of ``tree``; its arrays are appended to ``leaves``."""
+    if tree is None:
+        return None
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        cls = type(tree)
+        return {"namedtuple": f"{cls.__module__}:{cls.__qualname__}",
+                "fields": {f: _encode(getattr(tree, f), leaves) for f in tree._fields}}
+    if isinstance(tree, dict):
+        return {"dict": [[_encode_key(k), _encode(v, leaves)] for k, v in tree.items()]}
+    if isinstance(tree, (tuple, list)):
+        return {type(tree).__name__: [_encode(v, leaves) for v in tree]}
+    if isinstance(tree, (jax.Array, np.ndarray, np.generic, bool, int, float)):
+        info = {"leaf": len(leaves)}
+        leaves.append(_leaf_to_numpy(tree, info))
+        return info
+    raise TypeError(
+        f"cannot checkpoint a {type(tree).__name__} inside the state: a checkpointable state is a pytree of "
+        "arrays built from namedtuples, dicts, tuples, lists and None."
+    )
+
+
+def _encode_key(key):
+    """Dict keys: strings, integers, or tuples of them (NumPyro's mass-matrix dicts use tuples of sites)."""
+    if isinstance(key, (str, int)) and not isinstance(key, bool):
+        return key
+    if isinstance(key, tuple) and all(isinstance(k, (str, int)) for k in key):
+        return {"tuple": list(key)}
+    raise TypeError(f"checkpoints store dicts whose keys are strings, integers or tuples of them, got {key!r}.")
+
+
+def _decode_key(key):
+    return tuple(key["tuple"]) if isinstance(key, dict) else key
+
+
+def _import_namedtuple(path: str):
+    module, _, qualname = path.partition(":")
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as err:
+        raise CheckpointError(f"the checkpoint's state uses the class {path}, which cannot be imported here ({err}).")
+    if not (isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, "_fields")):
+        raise CheckpointError(f"{path} in the checkpoint is not a namedtuple class.")
+    return obj
+
+
+def _decode(node, leaves: list) -> Any:
+    if node is None:
+        return None
+    if "namedtuple" in node:
+        cls = _import_namedtuple(node["namedtuple"])
+        fields = node["fields"]
+        if tuple(fields) != tuple(cls._fields):
+            raise CheckpointError(f"{node['namedtuple']} has fields {cls._fields} here, the checkpoint has "
+                                  f"{tuple(fields)}: it was written by another version of that class.")
+        return cls(*(_decode(fields[f], leaves) for f in cls._fields))
+    if "dict" in node:
+        return {_decode_key(k): _decode(v, leaves) for k, v in node["dict"]}
+    if "tuple" in node:
+        return tuple(_decode(v, leaves) for v in node["tuple"])
+    if "list" in node:
+        return [_decode(v, leaves) for v in node["list"]]
+    value = leaves[node["leaf"]]
+    if "prng_impl" in node:
+        return jax.random.wrap_key_data(jnp.asarray(value), impl=node["prng_impl"])
+    if "python" in node:
+        return {"bool": bool, "int": int, "float": float, "complex": complex}[node["python"]](value)
+    array = jnp.asarray(value)
+    if array.dtype != value.dtype:
+        raise CheckpointError(
+            f"the checkpoint holds {value.dtype} arrays, which JAX turns into {array.dtype} here: "
+            "set jax.config.update('jax_enable_x64', True) as in the run that wrote it (or the reverse)."
+        )
+    return array
+
+
+# ============================================================================== fingerprint
+#: attributes of kernels that ``init`` sets (not settings): left out of the fingerprint
+_RUNTIME_ATTRS = frozenset({
+    "ensembles", "_batched", "_num_warmup", "_schedule", "_coords", "_cache", "_mb", "_sample_fn", "_init_fn",
+    "_postprocess_fn", "_potential_fn_gen", "_postprocess_fn_gen", "_inv_transforms", "_dynamic_support",
+    "_prototype_trace", "_model",
+})
+
+
+def _qualname(fn) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+
+
+def _digest(value) -> str:
+    """SHA-256 of an array-like's dtype, shape and bytes."""
+    if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
+        value = jax.random.key_data(value)
+    array = np.ascontiguousarray(jax.device_get(value))
+    h = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
+    h.update(array.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _describe(value, depth: int = 0):
+    """A JSON-able, process-independent description of a setting (no memory addresses)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return value.item() if isinstance(value, np.generic) else value
+    if depth > 4:
+        return type(value).__qualname__
+    if isinstance(value, (np.ndarray, jax.Array)):
+        return {"array": _digest(value)}
+    if isinstance(value, (tuple, list)):
+        return [_describe(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _describe(v, depth + 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, functools.partial):
+        return {"partial": _qualname(value.func), "args": _describe(value.args, depth + 1),
+                "keywords": _describe(value.keywords, depth + 1)}
+    if callable(value):
+        return _qualname(value)
+    return type(value).__qualname__
+
+
+def _kernel_settings(kernel) -> dict:
+    settings = {}
+    for name, value in sorted(vars(kernel).items()):
+        if name in _RUNTIME_ATTRS:
+            continue
+        if name.startswith("_") and not (isinstance(value, (bool, int, float, str, functools.partial))
+                                         or (callable(value) and not isinstance(value, type))):
+            continue  # private containers and objects are runtime state, not settings
+        settings[name] = _describe(value)
+    return settings
+
+
+def _data_digest(model_args, model_kwargs) -> str:
+    h = hashlib.sha256()
+    for name, value in [(str(i), a) for i, a in enumerate(model_args)] + sorted((model_kwargs or {}).items()):
+        h.update(name.encode())
+        for leaf in jax.tree.leaves(value):
+            if isinstance(leaf, (np.ndarray, jax.Array)):
+                h.update(_digest(leaf).encode())
+            else:
+                h.update(json.dumps(_describe(leaf)).encode())
+    return h.hexdigest()[:16]
+
+
+def run_fingerprint(mcmc, model_args: tuple = (), model_kwargs: dict | None = None, **extra) -> dict:
+    """What identifies a run: kernel class and settings, model, data and MCMC settings.
+
+    Used by :func:`save_checkpoint` and :func:`run_chunked`; a checkpoint is only resumed by a
+    call whose fingerprint is the same. Settings are described without memory addresses
+    (functions by qualified name, arrays by a SHA-256 digest), so fingerprints are equal across
+    processes.
+
+    :param mcmc: a ``numpyro.infer.MCMC``.
+    :param model_args: the model's positional arguments (hashed: digest of dtype, shape, bytes).
+    :param model_kwargs: its keyword arguments (hashed the same way).
+    :param extra: further JSON-able entries (e.g. ``extra_fields``), stored as given.
+    :return: a JSON-able dict.
+
+    >>> import numpyro, numpyro.distributions as dist
+    >>> from numpyro.infer import MCMC, NUTS
+    >>> def model(): numpyro.sample("x", dist.Normal())
+    >>> fp = run_fingerprint(MCMC(NUTS(model), num_warmup=10, num_samples=10))
+    >>> fp["kernel"], fp["num_warmup"], fp["kernel_settings"]["_max_tree_depth"]
+    ('numpyro.infer.hmc.NUTS', 10, 10)
+    """
+    kernel = mcmc.sampler
+    chain_method = mcmc.chain_method if isinstance(mcmc.chain_method, str) else _qualname(mcmc.chain_method)
+    fingerprint = {
+        "kernel": _qualname(type(kernel)),
+        "kernel_settings": _kernel_settings(kernel),
+        "model": _qualname(kernel.model) if getattr(kernel, "model", None) is not None else None,
+        "data": _data_digest(tuple(model_args), model_kwargs),
+        "num_warmup": int(mcmc.num_warmup),
+        "num_samples": int(mcmc.num_samples),
+        "num_chains": int(mcmc.num_chains),
+        "chain_method": chain_method,
+        "thinning": int(mcmc.thinning),
+        "postprocess_fn": None if mcmc.postprocess_fn is None else _qualname(mcmc.postprocess_fn),
+    }
+    fingerprint.update({k: _describe(v) for k, v in extra.items()})
+    return fingerprint
+
+
+def _differences(saved: dict, now: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(saved) | set(now)):
+        a, b = saved.get(key, "<absent>"), now.get(key, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict) and key == "kernel_settings":
+            out += _differences(a, b, prefix=f"{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: checkpoint {a!r}, now {b!r}")
+    return out
+
+
+def check_fingerprint(saved: dict, now: dict, path, *, ignore: tuple[str, ...] = ()) -> None:
+    """Raise :class:`CheckpointError` listing every entry where ``saved`` and ``now`` differ."""
+    diffs = [d for d in _differences(saved, now) if d.split(":")[0] not in ignore]
+    if diffs:
+        raise CheckpointError(
+            f"the checkpoint {path} was written by another run; it differs in\n  " + "\n  ".join(diffs)
+            + "\nResume with the original model, data, kernel and MCMC settings, or delete the checkpoint "
+            "(or pass resume=False) to start a new run."
+        )
+
+
+# ============================================================================== file format
+def _versions() -> dict:
+    import numpyro
+
+    from . import __version__
+
+    return {"jax": jax.__version__, "numpyro": numpyro.__version__, "numpyro_mile": __version__}
+
+
+def _write(path, payload: dict, meta: dict) -> Path:
+    path = Path(path)
+    leaves: list[np.ndarray] = []
+    structure = _encode(payload, leaves)
+    meta = dict(meta, version=CHECKPOINT_VERSION, structure=structure,
+                checksums=[_digest(leaf) for leaf in leaves], versions=_versions(), time=time.time())
+    buffer = io.BytesIO()
+    arrays = {f"a{i}": leaf for i, leaf in enumerate(leaves)}
+    arrays[_META] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(buffer, **arrays)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+def _read(path) -> tuple[dict, dict]:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            meta = json.loads(bytes(npz[_META]).decode())
+            if meta.get("version") != CHECKPOINT_VERSION:
+                raise CheckpointError(
+                    f"{path} has checkpoint format version {meta.get('version')}; this numpyro_mile reads version "
+                    f"{CHECKPOINT_VERSION}. Resume with the numpyro_mile that wrote it."
+                )
+            leaves = [npz[f"a{i}"] for i in range(len(meta["checksums"]))]
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, EOFError, KeyError, ValueError, OSError, json.JSONDecodeError) as err:
+        raise CheckpointError(
+            f"{path} is truncated or damaged ({type(err).__name__}: {err}); it cannot be resumed. A crash while "
+            "saving cannot cause this (writes are atomic); restore a copy or delete it to start afresh."
+        ) from err
+    for i, (leaf, checksum) in enumerate(zip(leaves, meta["checksums"])):
+        if _digest(leaf) != checksum:
+            raise CheckpointError(f"{path} is damaged: array {i} does not match its checksum; it cannot be resumed.")
+    return _decode(meta["structure"], leaves), meta
+
+
+def _step_of(state) -> int | None:
+    i = getattr(state, "i", None)
+    if i is None:
+        return None
+    try:
+        return int(np.max(np.asarray(i)))
+    except TypeError:
+        return None
+
+
+def save_checkpoint(source, path: str | os.PathLike, *, model_args: tuple = (), model_kwargs: dict | None = None,
+                    metadata: dict | None = None) -> Path:
+    """Save an MCMC run's state (``mcmc.last_state``) or any state pytree, atomically.
+
+    :param source: a ``numpyro.infer.MCMC`` after ``run`` or ``warmup`` (its ``last_state``
+        and settings are saved), or a state pytree (arrays in namedtuples/dicts/tuples/lists).
+    :param path: the checkpoint file (its parent directory is created if needed).
+    :param model_args: the model's arguments: their digest is checked by :func:`load_checkpoint`.
+    :param model_kwargs: the model's keyword arguments (digest, likewise).
+    :param metadata: JSON-able information to keep with it.
+    :return: the path written.
+
+    **Example**
+
+    >>> import jax, tempfile, numpyro, numpyro.distributions as dist
+    >>> from numpyro.infer import MCMC, NUTS
+    >>> def model(): numpyro.sample("x", dist.Normal())
+    >>> mcmc = MCMC(NUTS(model), num_warmup=50, num_samples=50, progress_bar=False)
+    >>> mcmc.warmup(jax.random.PRNGKey(0))
+    >>> path = save_checkpoint(mcmc, tempfile.mkdtemp() + "/warm.ckpt")
+    >>> mcmc2 = MCMC(NUTS(model), num_warmup=50, num_samples=50, progress_bar=False)
+    >>> ckpt = load_checkpoint(path, mcmc=mcmc2)      # sets mcmc2.post_warmup_state
+    >>> mcmc2.run(ckpt.state.rng_key)
+    """
+    if hasattr(source, "sampler") and hasattr(source, "last_state"):
+        state = source.last_state
+        if state is None:
+            raise ValueError("this MCMC has no state yet: call mcmc.run(...) or mcmc.warmup(...) before saving.")
+        fingerprint = run_fingerprint(source, model_args, model_kwargs)
+    else:
+        state, fingerprint = source, {}
+    meta = {"kind": "state", "step": _step_of(state), "num_draws": 0, "fingerprint": fingerprint,
+            "metadata": dict(metadata or {})}
+    return _write(path, {"state": state}, meta)
+
+
+def load_checkpoint(path: str | os.PathLike, *, mcmc=None, model_args: tuple | None = None,
+                    model_kwargs: dict | None = None) -> Checkpoint:
+    """Load a checkpoint written by :func:`save_checkpoint` or :func:`run_chunked`.
+
+    :param path: the checkpoint file.
+    :param mcmc: optional ``MCMC`` to continue: the checkpoint's fingerprint must match its
+        kernel and settings (raises :class:`CheckpointError` listing the differences), and its
+        ``post_warmup_state`` is set, so that ``mcmc.run(ckpt.state.rng_key, ...)`` continues.
+    :param model_args: the model's arguments; when given with ``mcmc``, their digest is checked too.
+    :param model_kwargs: its keyword arguments (checked together with ``model_args``).
+    :return: a :class:`Checkpoint`.
+    :raises CheckpointError: truncated or damaged file, another format version, another run.
+    """
+    payload, meta = _read(path)
+    ckpt = Checkpoint(state=payload["state"], step=meta.get("step"), num_draws=int(meta.get("num_draws", 0)),
+                      fingerprint=meta.get("fingerprint", {}), metadata=dict(meta.get("metadata", {}),
+                                                                              versions=meta.get("versions"),
+                                                                              time=meta.get("time")),
+                      extra={k: v for k, v in payload.items() if k != "state"})
+    if mcmc is not None:
+        now = run_fingerprint(mcmc, model_args or (), model_kwargs)
+        ignore = ("data",) if model_args is None and model_kwargs is None else ()
+        saved = {k: v for k, v in ckpt.fingerprint.items() if k in now}
+        check_fingerprint(saved, now, path, ignore=ignore)
+        mcmc.post_warmup_state = ckpt.state
+    return ckpt
+
+
+# ============================================================================== chunked driver
+class ChunkProgress(NamedTuple):
+    """Passed to ``run_chunked``'s ``callback`` after each chunk is on disk.
+
+    :ivar step: steps taken so far (per chain, warmup included).
+    :ivar num_steps: ``num_warmup + num_samples``.
+    :ivar num_draws: draws per chain written so far.
+    :ivar phase: ``"warmup"`` or ``"sample"`` (of the chunk just finished).
+    :ivar seconds: wall time of the chunk (compilation included for the first one).
+    :ivar cpu_seconds: CPU time of the process during the chunk.
+    """
+
+    step: int
+    num_steps: int
+    num_draws: int
+    phase: str
+    seconds: float
+    cpu_seconds: float
+
+
+class ChunkedRun(NamedTuple):
+    """Result of :func:`run_chunked`.
+
+    :ivar last_state: the kernel state after the last step taken (as ``mcmc.last_state``; for
+        ``sequential`` chains, stacked along a leading chain axis).
+    :ivar step: steps taken per chain.
+    :ivar num_draws: draws per chain in the sample store.
+    :ivar finished: whether all ``num_warmup + num_samples`` steps are done.
+    :ivar checkpoint_path: the checkpoint file.
+    :ivar sample_dir: the sample store.
+    """
+
+    last_state: Any
+    step: int
+    num_draws: int
+    finished: bool
+    checkpoint_path: Path
+    sample_dir: Path
+
+    def get_samples(self, group_by_chain: bool = False) -> dict:
+        """Samples as ``MCMC.get_samples``: memory-mapped ``(chains, draws, ...)`` when ``group_by_chain``."""
+        return load_samples(self.sample_dir, group_by_chain=group_by_chain)
+
+    def get_extra_fields(self, group_by_chain: bool = False) -> dict:
+        """Collected extra fields, as ``MCMC.get_extra_fields``."""
+        return load_samples(self.sample_dir, group_by_chain=group_by_chain, group="sample_stats")
+
+    def to_inference_data(self, upcast: bool = False):
+        """ArviZ ``InferenceData`` over the memory-mapped store (:func:`numpyro_mile.streaming.load_inference_data`)."""
+        return load_inference_data(self.sample_dir, upcast=upcast)
+
+
+def _num_kept(step: int, num_warmup: int, num_samples: int, thinning: int) -> int:
+    """Draws kept among the first ``step`` steps, at the positions ``MCMC.run`` keeps them.
+
+    NumPyro keeps the state after global step ``j`` (1-based) when ``j - W - r`` is a positive
+    multiple of ``thinning``, with ``r = num_samples % thinning``.
+    """
+    return max(0, step - num_warmup - num_samples % thinning) // thinning
+
+
+def _collect_spec(kernel, extra_fields) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """NumPyro's collection rule: sample field, default fields, extra fields; ``~z.site`` removes a site."""
+    sample_field = kernel.sample_field
+    fields, removed = {}, {}
+    for name in (sample_field,) + tuple(kernel.default_fields) + tuple(extra_fields):
+        if name.startswith(f"~{sample_field}."):
+            removed[name[len(sample_field) + 2:]] = None
+        else:
+            fields[name] = None
+    return tuple(fields), tuple(removed)
+
+
+def _make_transform(postprocess: Callable, fields: tuple[str, ...], removed: tuple[str, ...]) -> Callable:
+    getter = attrgetter(*fields)
+
+    def transform(state):
+        values = getter(state)
+        values = [values] if len(fields) == 1 else list(values)
+        sites = postprocess(values[0])
+        if not isinstance(sites, dict):
+            sites = {"z": sites}
+        sites = {k: v for k, v in sites.items() if k not in removed}
+        return {"posterior": sites, "sample_stats": dict(zip(fields[1:], values[1:]))}
+
+    return transform
+
+
+def _make_advance(kernel, model_args, model_kwargs, transform, chunk_size: int, num_buffer: int):
+    """``advance(state, num_active, slots) -> (state, buffer)``: up to ``chunk_size`` steps in one
+    compiled loop; the transformed state after local step ``k`` goes to ``buffer[slots[k]]``
+    when ``slots[k] >= 0``. One compilation serves every chunk (``num_active`` is traced)."""
+
+    def advance(state, num_active, slots):
+        proto = jax.eval_shape(transform, state)
+        buffer = jax.tree.map(lambda s: jnp.zeros((num_buffer,) + s.shape, s.dtype), proto)
+
+        def body(k, carry):
+            state, buffer = carry
+            state = kernel.sample(state, model_args, model_kwargs)
+            slot = slots[k]
+            buffer = jax.lax.cond(
+                slot >= 0,
+                lambda b: jax.tree.map(lambda c, v: c.at[slot].set(v), b, transform(state)),
+                lambda b: b,
+                buffer,
+            )
+            return state, buffer
+
+        return jax.lax.fori_loop(0, num_active, body, (state, buffer))
+
+    return jax.jit(advance)
+
+
+def _strong(state):
+    """The state with weak types made strong, as a compiled loop returns it (one compilation for all chunks)."""
+    return jax.tree.map(lambda x: x.astype(x.dtype) if getattr(x, "weak_type", False) else x, state)
+
+
+def _positions(kernel, state):
+    return attrgetter(kernel.sample_field)(state)
+
+
+def _check_mcmc(mcmc, chunk_size):
+    if not (hasattr(mcmc, "sampler") and hasattr(mcmc, "num_warmup")):
+        raise TypeError(f"run_chunked needs a numpyro.infer.MCMC, got {type(mcmc).__name__}.")
+    if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer (steps per chunk), got {chunk_size!r}.")
+    method = mcmc.chain_method
+    if mcmc.num_chains > 1 and method not in ("vectorized", "sequential", "parallel"):
+        raise ValueError("run_chunked supports chain_method 'vectorized', 'sequential' and 'parallel' "
+                         f"(run as sequential), got {method!r}.")
+    if mcmc.num_chains > 1 and mcmc.sampler.is_ensemble_kernel and method != "vectorized":
+        raise ValueError("an ensemble kernel needs chain_method='vectorized'.")
+
+
+def run_chunked(
+    mcmc,
+    rng_key,
+    *args,
+    checkpoint_path: str | os.PathLike,
+    sample_dir: str | os.PathLike | None = None,
+    chunk_size: int = 1000,
+    store_dtype: str | None = None,
+    extra_fields: tuple = (),
+    init_params=None,
+    resume: bool = True,
+    callback: Callable[[ChunkProgress], bool | None] | None = None,
+    **kwargs,
+) -> ChunkedRun:
+    """Run ``mcmc``'s warmup and sampling in chunks, streaming draws to disk, checkpointing each chunk.
+
+    Uses the ``MCMC`` object's kernel and settings (``num_warmup``, ``num_samples``,
+    ``num_chains``, ``chain_method``, ``thinning``, ``postprocess_fn``, ``progress_bar``) and
+    takes ``run``'s arguments. Every ``chunk_size`` steps (and once after ``init``, which for
+    MILE includes pretraining) the kept draws go to ``sample_dir`` and the state to
+    ``checkpoint_path``. If ``checkpoint_path`` exists, the run continues from it (after
+    checking that it was written by the same run: model, data, key, kernel and MCMC settings).
+    The draws equal those of ``mcmc.run(rng_key, *args, **kwargs)`` bit for bit however often
+    the run is interrupted (on the same machine and versions of JAX/XLA). Memory holds the
+    state and one chunk of draws.
+
+    :param mcmc: a ``numpyro.infer.MCMC`` (it is not run itself: use the returned object).
+    :param rng_key: PRNG key, as for ``MCMC.run``.
+    :param args: the model's arguments.
+    :param checkpoint_path: checkpoint file (created, or resumed from).
+    :param sample_dir: directory of the :class:`~numpyro_mile.streaming.SampleStore`; default
+        ``<checkpoint_path>.samples``.
+    :param chunk_size: steps per chunk (per chain). The draws do not depend on it.
+    :param store_dtype: storage precision of floating-point draws: ``None`` (as sampled),
+        ``"float32"``, ``"bfloat16"``, ``"float16"``.
+    :param extra_fields: as in ``MCMC.run`` (array-valued state fields, e.g. ``"step_size"``;
+        ``"~z.site"`` leaves a site out).
+    :param init_params: as in ``MCMC.run`` (used when starting; ignored when resuming).
+    :param resume: continue from an existing checkpoint; ``False`` starts afresh, overwriting it.
+    :param callback: called with a :class:`ChunkProgress` after each chunk is saved; returning
+        ``True`` stops the run there (resume later by calling ``run_chunked`` again).
+    :param kwargs: the model's keyword arguments.
+    :return: a :class:`ChunkedRun` (samples via ``.get_samples()`` / ``.to_inference_data()``).
+
+    **Example**
+
+    .. doctest::
+
+        >>> import jax, tempfile
+        >>> from numpyro.infer import MCMC
+        >>> from numpyro_mile import MILE, run_chunked
+        >>> from numpyro_mile.datasets import toy_regression
+        >>> from numpyro_mile.models import mlp_regression
+        >>> X, y = toy_regression(100)
+        >>> kernel = MILE(mlp_regression, ensemble_options=dict(max_epochs=20, progress_bar=False))
+        >>> mcmc = MCMC(kernel, num_warmup=200, num_samples=100, num_chains=2, chain_method="vectorized",
+        ...             progress_bar=False)
+        >>> out = run_chunked(mcmc, jax.random.PRNGKey(0), X, y, hidden=(8,),
+        ...                   checkpoint_path=tempfile.mkdtemp() + "/run.ckpt", chunk_size=100)
+        >>> out.finished, out.get_samples(group_by_chain=True)["w0"].shape
+        (True, (2, 100, 1, 8))
+    """
+    _check_mcmc(mcmc, chunk_size)
+    kernel = mcmc.sampler
+    num_warmup, num_samples, num_chains = int(mcmc.num_warmup), int(mcmc.num_samples), int(mcmc.num_chains)
+    thinning = int(mcmc.thinning)
+    num_steps = num_warmup + num_samples
+    num_draws = num_samples // thinning
+    checkpoint_path = Path(checkpoint_path)
+    sample_dir = Path(sample_dir) if sample_dir is not None else checkpoint_path.with_name(
+        checkpoint_path.name + ".samples")
+    store_dtype = None if _store_dtype(store_dtype) is None else _store_dtype(store_dtype).name
+    if num_chains == 1:
+        layout = "single"
+    elif mcmc.chain_method == "vectorized":
+        layout = "vectorized"
+    else:
+        if mcmc.chain_method == "parallel":
+            warnings.warn("run_chunked runs chain_method='parallel' chains one after the other (as 'sequential').",
+                          UserWarning, stacklevel=2)
+        layout = "sequential"
+
+    fingerprint = run_fingerprint(mcmc, args, kwargs, extra_fields=list(extra_fields), store_dtype=store_dtype,
+                                  rng_key=_digest(rng_key))
+    fingerprint["chain_method"] = layout
+    init_params = jax.tree.map(lambda x: jax.lax.convert_element_type(x, jnp.result_type(x)), init_params)
+    keys = jax.random.split(rng_key, num_chains) if num_chains > 1 and is_prng_key(rng_key) else rng_key
+
+    ckpt = None
+    if resume and checkpoint_path.exists():
+        ckpt = load_checkpoint(checkpoint_path)
+        if ckpt.metadata.get("kind") != "chunked" or ckpt.metadata.get("layout") != layout:
+            raise CheckpointError(f"{checkpoint_path} was not written by run_chunked; pass another checkpoint_path.")
+        check_fingerprint(ckpt.fingerprint, fingerprint, checkpoint_path)
+        versions = ckpt.metadata.get("versions") or {}
+        if versions and versions != _versions():
+            warnings.warn(f"{checkpoint_path} was written with {versions}, this process runs {_versions()}: the "
+                          "resumed draws may differ in the last bits from an uninterrupted run.", UserWarning,
+                          stacklevel=2)
+
+    # ---- kernel init: a fresh start, or rebuild the kernel's closures and swap in the saved state
+    def init_one(key, params):
+        return kernel.init(key, num_warmup, params, model_args=args, model_kwargs=kwargs)
+
+    if layout == "sequential":
+        if ckpt is None:
+            states = [init_one(keys[c], None if init_params is None else jax.tree.map(lambda x: x[c], init_params))
+                      for c in range(num_chains)]
+        else:
+            saved = [jax.tree.map(lambda x: x[c], ckpt.state) for c in range(num_chains)]
+            for c in range(num_chains):
+                init_one(keys[c], _positions(kernel, saved[c]))
+            states = saved
+    else:
+        if ckpt is None:
+            states = [init_one(keys, init_params)]
+        else:
+            init_one(keys, _positions(kernel, ckpt.state))
+            states = [ckpt.state]
+
+    states = [_strong(s) for s in states]
+    step = 0 if ckpt is None else int(ckpt.step)
+    drawn = 0 if ckpt is None else int(ckpt.num_draws)
+
+    # ---- collection and store
+    fields, removed = _collect_spec(kernel, extra_fields)
+    postprocess = mcmc.postprocess_fn if mcmc.postprocess_fn is not None else kernel.postprocess_fn(args, kwargs)
+    if layout == "vectorized":
+        postprocess = jax.vmap(postprocess)
+    transform = _make_transform(postprocess, fields, removed)
+    proto = jax.eval_shape(transform, states[0])
+    lead = 1 if layout == "vectorized" else 0
+    spec = {}
+    for group, values in proto.items():
+        for name, shape in values.items():
+            if not hasattr(shape, "shape"):
+                raise ValueError(f"extra field {name!r} is not an array; collect one of its array sub-fields "
+                                 f"(e.g. '{name}.step_size').")
+            spec.setdefault(group, {})[name] = (shape.shape[lead:], shape.dtype)
+    store = SampleStore.create(sample_dir, spec, num_chains=num_chains, num_draws=num_draws,
+                               store_dtype=store_dtype, attrs={"num_warmup": num_warmup, "thinning": thinning})
+    if store.num_written != drawn:  # a crash after the store advanced but before the checkpoint did
+        store.commit(drawn)
+
+    def stacked_state():
+        if layout == "sequential":
+            return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+        return states[0]
+
+    def save(step_done, draws_done):
+        meta = {"kind": "chunked", "step": step_done, "num_draws": draws_done, "fingerprint": fingerprint,
+                "metadata": {"kind": "chunked", "layout": layout, "sample_dir": str(sample_dir)}}
+        _write(checkpoint_path, {"state": stacked_state(), "init_keys": keys}, meta)
+
+    if ckpt is None:
+        save(0, 0)
+
+    num_buffer = max(1, -(-min(chunk_size, max(num_samples, 1)) // thinning))
+    advance = _make_advance(kernel, args, kwargs, transform, min(chunk_size, max(num_steps, 1)), num_buffer)
+    bar = tqdm(total=num_steps, initial=step, disable=not mcmc.progress_bar, desc="warmup" if step < num_warmup
+               else "sample")
+    try:
+        while step < num_steps:
+            stop = min(step + chunk_size, num_warmup if step < num_warmup else num_steps)
+            phase = "warmup" if step < num_warmup else "sample"
+            first = _num_kept(step, num_warmup, num_samples, thinning)
+            slots = np.full(min(chunk_size, max(num_steps, 1)), -1, np.int32)
+            for k in range(stop - step):
+                kept = _num_kept(step + k + 1, num_warmup, num_samples, thinning)
+                if kept > _num_kept(step + k, num_warmup, num_samples, thinning):
+                    slots[k] = kept - 1 - first
+            n_kept = _num_kept(stop, num_warmup, num_samples, thinning) - first
+            t0, c0 = time.perf_counter(), time.process_time()
+            collected = []
+            for c, state in enumerate(states):
+                states[c], buffer = advance(state, jnp.asarray(stop - step, jnp.int32), jnp.asarray(slots))
+                collected.append(jax.device_get(buffer) if n_kept else None)
+            if n_kept:
+                values = {}
+                for group, variables in spec.items():
+                    values[group] = {}
+                    for name in variables:
+                        parts = [np.asarray(b[group][name][:n_kept]) for b in collected]
+                        parts = [np.swapaxes(p, 0, 1) if layout == "vectorized" else p[None] for p in parts]
+                        values[group][name] = np.concatenate(parts, axis=0)
+                store.write(values, first)
+            jax.block_until_ready(states)
+            step, drawn = stop, first + n_kept
+            save(step, drawn)
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+            bar.set_description(phase, refresh=False)
+            bar.update(stop - (bar.n))
+            if callback is not None and callback(ChunkProgress(step, num_steps, drawn, phase, seconds, cpu)):
+                break
+    finally:
+        bar.close()
+    return ChunkedRun(stacked_state(), step, drawn, step >= num_steps, checkpoint_path, sample_dir)
