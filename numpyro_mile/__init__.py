@@ -1,6 +1,6 @@
 """numpyro_mile: MILE, SGLD and ICSGLD kernels for Bayesian neural networks in NumPyro."""
 
-from . import datasets, diagnostics, metrics, models
+from . import approx, datasets, diagnostics, metrics, models
 from .baselines import bde
 from .ensemble import DeepEnsemble, deep_ensemble
 from .kernels import ICSGLD, MILE, SGLD, ICSGLDState, MILEState, SGLDState
