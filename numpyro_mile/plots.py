@@ -183,3 +183,52 @@ def lppd_vs_samples(log_lik, *, num_points: int = 50, ax=None):
     axis.set(xlabel="number of samples", ylabel="LPPD (mean per observation)")
     axis.legend(loc="lower right")
     return fig
+
+
+def reliability_grid(probs_by_method, y, num_bins: int = 15, *, weights_by_method=None, ncols: int = 4,
+                     panel_size: float = 2.8):
+    """Reliability diagrams of several methods side by side (one panel each, shared axes).
+
+    :param probs_by_method: dict method name -> class probabilities, shape ``(S, N, C)`` or ``(N, C)``
+        (e.g. the posterior predictive means of MAP, VI, MC-dropout, Laplace, SGLD, ...).
+    :param y: integer labels, shape ``(N,)``.
+    :param num_bins: number of equal-width confidence bins.
+    :param weights_by_method: optional dict method name -> sample weights ``(S,)`` (e.g. ICSGLD's
+        importance weights); methods not in it are weighted uniformly.
+    :param ncols: panels per row.
+    :param panel_size: width and height of one panel in inches.
+    :returns: the figure; each panel is titled with the method and its ECE.
+
+    **Example**
+
+    >>> import numpy as np
+    >>> from numpyro_mile.plots import reliability_grid
+    >>> rng = np.random.default_rng(0)
+    >>> p = rng.dirichlet(np.ones(3), size=50); y = rng.integers(0, 3, 50)
+    >>> fig = reliability_grid({"A": p, "B": p[:, ::-1]}, y, num_bins=5)
+    >>> len(fig.axes)
+    2
+    """
+    if not probs_by_method:
+        raise ValueError("probs_by_method must name at least one method, e.g. {'MAP': probs}.")
+    if ncols < 1:
+        raise ValueError(f"ncols must be at least 1, got {ncols}.")
+    weights_by_method = weights_by_method or {}
+    plt = _pyplot()
+    names = list(probs_by_method)
+    ncols = min(ncols, len(names))
+    nrows = -(-len(names) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size * ncols, panel_size * nrows), squeeze=False)
+    for axis, name in zip(axes.flat, names):
+        reliability_diagram(probs_by_method[name], y, num_bins, weights=weights_by_method.get(name), ax=axis)
+        ece = axis.get_title().split("=")[-1].strip(" )")
+        axis.set_title(f"{name} (ECE {ece})", fontsize="medium")
+        axis.legend().remove()
+        axis.label_outer()
+    for axis in list(axes.flat)[len(names):]:
+        axis.remove()
+    fig.tight_layout()
+    return fig
+
+
+__all__ += ["reliability_grid"]
