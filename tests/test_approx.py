@@ -273,3 +273,19 @@ def test_bad_inputs_raise_clear_errors():
     post = ApproxPosterior("map", {"w": jnp.zeros(D)}, {"w": jnp.zeros(D)}, None, None, lambda u: u, {})
     with pytest.raises(ValueError, match="nst"):
         post.sample(key, -1)
+
+
+def test_reliability_grid_one_panel_per_method():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from numpyro_mile.plots import reliability_grid
+
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(3), size=(4, 30))  # (S, N, C)
+    y = rng.integers(0, 3, 30)
+    fig = reliability_grid({"VI": probs, "MAP": probs[0], "ICSGLD": probs}, y, num_bins=5, ncols=2,
+                           weights_by_method={"ICSGLD": np.array([0.7, 0.1, 0.1, 0.1])})
+    assert [ax.get_title().split(" ")[0] for ax in fig.axes] == ["VI", "MAP", "ICSGLD"]
+    with pytest.raises(ValueError, match="at least one method"):
+        reliability_grid({}, y)
