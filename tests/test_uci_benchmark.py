@@ -4,6 +4,7 @@ import csv
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,3 +35,18 @@ def test_tiny_run_schema_and_resume(tmp_path):
     with (out / "results.csv").open() as f:
         assert len(list(csv.DictReader(f))) == 3
     assert uci.done_keys(out / "results.csv") == {("yacht", "1", m) for m in ["DE", "MILE", "BDE-w5-sequential"]}
+
+
+def test_scaling_exponent_fit_and_table():
+    spec = importlib.util.spec_from_file_location("scaling_bench", REPO / "benchmarks" / "scaling.py")
+    scaling = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scaling)
+    sizes = [100.0, 400.0, 1600.0]
+    slope, intercept = scaling.fit_exponent(sizes, [3.0 * s**1.5 for s in sizes])
+    assert slope == pytest.approx(1.5) and intercept == pytest.approx(np.log(3.0))
+    rows = [dict(sweep="width", dataset="bikesharing", width=str(w), train_rows="100", num_params=str(d), method=m,
+                 budget="b", seconds="1", cpu_seconds="1", projected_seconds=str(t), rmse="0.5", lppd="0.1")
+            for w, d, t_mile in ((4, 100, 10.0), (8, 400, 40.0)) for m, t in (("MILE", t_mile), ("BDE", 20 * t_mile))]
+    table = scaling.summarise(rows)
+    assert "MILE: projected time ~ d^1.00" in table and "BDE: projected time ~ d^1.00" in table
+    assert table.count("| 20.0 |") == 4  # BDE / MILE ratio on every row
