@@ -545,6 +545,24 @@ def _make_advance(kernel, model_args, model_kwargs, transform, chunk_size: int, 
     return jax.jit(advance)
 
 
+_ADVANCE_CACHE: dict = {}
+_ADVANCE_CACHE_SIZE = 4
+
+
+def _cached_advance(key, kernel, build: Callable) -> Callable:
+    """The compiled chunk function of an earlier call with the same kernel object and run (LRU of 4):
+    resuming or extending in the same process does not compile again. The entry keeps ``kernel``
+    alive, so ``id(kernel)`` in ``key`` cannot be reused by another object."""
+    key = (id(kernel),) + key
+    if key in _ADVANCE_CACHE:
+        _ADVANCE_CACHE[key] = _ADVANCE_CACHE.pop(key)  # most recently used last
+    else:
+        while len(_ADVANCE_CACHE) >= _ADVANCE_CACHE_SIZE:
+            _ADVANCE_CACHE.pop(next(iter(_ADVANCE_CACHE)))
+        _ADVANCE_CACHE[key] = (kernel, build())
+    return _ADVANCE_CACHE[key][1]
+
+
 def _strong(state):
     """The state with weak types made strong, as a compiled loop returns it (one compilation for all chunks)."""
     return jax.tree.map(lambda x: x.astype(x.dtype) if getattr(x, "weak_type", False) else x, state)
@@ -725,7 +743,10 @@ def run_chunked(
         save(0, 0)
 
     num_buffer = max(1, -(-min(chunk_size, max(num_samples, 1)) // thinning))
-    advance = _make_advance(kernel, args, kwargs, transform, min(chunk_size, max(num_steps, 1)), num_buffer)
+    chunk_len = min(chunk_size, max(num_steps, 1))
+    advance = _cached_advance(
+        (json.dumps(fingerprint, sort_keys=True), layout, chunk_len, num_buffer, fields, removed), kernel,
+        lambda: _make_advance(kernel, args, kwargs, transform, chunk_len, num_buffer))
     bar = tqdm(total=num_steps, initial=step, disable=not mcmc.progress_bar, desc="warmup" if step < num_warmup
                else "sample")
     try:
@@ -733,7 +754,7 @@ def run_chunked(
             stop = min(step + chunk_size, num_warmup if step < num_warmup else num_steps)
             phase = "warmup" if step < num_warmup else "sample"
             first = _num_kept(step, num_warmup, num_samples, thinning)
-            slots = np.full(min(chunk_size, max(num_steps, 1)), -1, np.int32)
+            slots = np.full(chunk_len, -1, np.int32)
             for k in range(stop - step):
                 kept = _num_kept(step + k + 1, num_warmup, num_samples, thinning)
                 if kept > _num_kept(step + k, num_warmup, num_samples, thinning):

@@ -58,59 +58,61 @@ MILE_FIELDS = ("step_size", "L", "energy_change")
 
 
 def mile_setup():
+    """MILE on a 1-8-2 MLP from fixed random weights (no pretraining: the test is about resuming)."""
     X, y = toy_regression(40)
-    kernel = MILE(mlp_regression, pretrain=False, init_strategy=init_to_uniform(radius=0.5))
-    return MCMC(kernel, progress_bar=False, **MILE_RUN), (X, y), dict(hidden=(8,))
+    rng = np.random.default_rng(0)
+    shapes = {"w0": (1, 8), "b0": (8,), "w1": (8, 2), "b1": (2,)}
+    init = {k: 0.5 * rng.standard_normal((MILE_RUN["num_chains"],) + s).astype(np.float32) for k, s in shapes.items()}
+    mcmc = MCMC(MILE(mlp_regression), progress_bar=False, **MILE_RUN)
+    return mcmc, (X, y), dict(hidden=(8,), init_params=init)
 
 
 SCRIPT = textwrap.dedent(f"""
-    import os, sys
+    import os, shutil, sys
     sys.path.insert(0, {str(REPO)!r})
     import jax
     from tests.test_checkpoint import mile_setup, MILE_FIELDS, KILLED
     from numpyro_mile import run_chunked
-    path, kill_at = sys.argv[1], int(sys.argv[2])
+    path, snapshot_at, kill_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     mcmc, args, kwargs = mile_setup()
-    def die(progress):
+    def callback(progress):
+        if progress.step == snapshot_at:  # the file a kill at this point would leave behind
+            shutil.copy(path, path + f".at{{snapshot_at}}")
         if progress.step >= kill_at:
             os._exit(KILLED)  # no cleanup, like a kill -9 right after a chunk
     run_chunked(mcmc, jax.random.PRNGKey(0), *args, checkpoint_path=path, chunk_size=25,
-                extra_fields=MILE_FIELDS, callback=die, **kwargs)
+                extra_fields=MILE_FIELDS, callback=callback, **kwargs)
     sys.exit(0)
 """)
 
 
-def start_killed_run(script, path, kill_at):
-    env = dict(os.environ, CI="1", JAX_PLATFORMS="cpu")
-    return subprocess.Popen([sys.executable, str(script), str(path), str(kill_at)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_killed(proc):
-    _, err = proc.communicate(timeout=900)
-    assert proc.returncode == KILLED, err[-3000:]
-
-
-def test_mile_killed_mid_warmup_and_mid_sampling_resumes_bit_for_bit(tmp_path):
-    script = tmp_path / "run.py"
+def test_mile_killed_mid_sampling_or_mid_warmup_resumes_bit_for_bit(tmp_path):
+    """A MILE run in a subprocess is killed mid-sampling (step 125 of 100 + 62); its checkpoint from
+    step 50 (Phase I of warmup), copied when it was written, is resumed too. Both resumed runs
+    equal MCMC.run's uninterrupted in-memory run bit for bit: draws, extra fields, final state."""
+    script, path = tmp_path / "run.py", tmp_path / "mile.ckpt"
     script.write_text(SCRIPT)
-    path = tmp_path / "mile.ckpt"
-
-    proc = start_killed_run(script, path, 50)                  # dies in Phase I of warmup (80 steps)
+    env = dict(os.environ, CI="1", JAX_PLATFORMS="cpu")
+    proc = subprocess.Popen([sys.executable, str(script), str(path), "50", "125"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     reference, args, kwargs = mile_setup()                     # meanwhile: uninterrupted, in memory
     reference.run(jax.random.PRNGKey(0), *args, extra_fields=MILE_FIELDS, **kwargs)
-    wait_killed(proc)
-    ckpt = load_checkpoint(path)
+    _, err = proc.communicate(timeout=1200)
+    assert proc.returncode == KILLED, err[-3000:]
+
+    warm = tmp_path / "mile.ckpt.at50"
+    ckpt = load_checkpoint(warm)
     assert ckpt.step == 50 and ckpt.num_draws == 0 and int(ckpt.state.i) == 50
-    wait_killed(start_killed_run(script, path, 125))           # resumes, dies mid-sampling
     ckpt = load_checkpoint(path)
     assert ckpt.step == 125 and ckpt.num_draws == (125 - 100 - 62 % 3) // 3 == 7
+    assert load_samples(str(path) + ".samples")["w0"].shape[1] == 7
 
     mcmc, args, kwargs = mile_setup()                          # resume here, with other chunks
-    run = run_chunked(mcmc, jax.random.PRNGKey(0), *args, checkpoint_path=path, chunk_size=40,
-                      extra_fields=MILE_FIELDS, **kwargs)
-    assert run.finished and run.step == 162 and run.num_draws == 62 // 3
-    assert_same_draws(reference, run)
+    for resumed in (path, warm):
+        run = run_chunked(mcmc, jax.random.PRNGKey(0), *args, checkpoint_path=resumed, chunk_size=40,
+                          extra_fields=MILE_FIELDS, **kwargs)
+        assert run.finished and run.step == 162 and run.num_draws == 62 // 3
+        assert_same_draws(reference, run)
     idata = run.to_inference_data()
     assert idata.posterior["w0"].shape == (2, 20, 1, 8)
     np.testing.assert_array_equal(idata.sample_stats["L"].values,
