@@ -14,6 +14,9 @@ __all__ = ["MILE", "MILEState", "DeepEnsemble", "bde", "deep_ensemble", "dataset
            "log_likelihood", "predict", "to_inference_data",
            "SGLD", "SGLDState", "ICSGLD", "ICSGLDState", "importance_weights"]
 
+from .distributed import DistributedRun, chain_mesh, run_distributed, sharded_deep_ensemble  # noqa: E402
+
+__all__ += ["DistributedRun", "chain_mesh", "run_distributed", "sharded_deep_ensemble"]
 from .checkpoint import CheckpointError, ChunkedRun, load_checkpoint, run_chunked, save_checkpoint  # noqa: E402
 from .streaming import SampleStore, load_inference_data, load_samples  # noqa: E402
 

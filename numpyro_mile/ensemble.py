@@ -20,6 +20,7 @@ import optax
 
 from . import _model_utils as mu
 from ._validation import is_concrete
+from .distributed import to_host
 
 logger = logging.getLogger(__name__)
 
@@ -221,8 +222,9 @@ def fit_members(
                 break
         if bar is not None:
             bar.close()
-        train_loss = np.asarray(jnp.stack(train_curve, axis=1))
-        val_loss = np.asarray(jnp.stack(val_curve, axis=1))
+        # to_host: members sharded over several processes (numpyro_mile.distributed) are gathered
+        train_loss = to_host(jnp.stack(train_curve, axis=1))
+        val_loss = to_host(jnp.stack(val_curve, axis=1))
     else:  # traced (e.g. inside pmap): the same epochs in a while loop
         curves = jnp.full((2, num_members, max_epochs), jnp.nan)
 

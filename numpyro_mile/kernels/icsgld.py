@@ -71,6 +71,7 @@ class _ICSGLDFields(NamedTuple):
     log_weight: jax.Array
     multiplier: jax.Array
     num_nans: jax.Array
+    active: jax.Array
     theta: jax.Array
     energy_min: jax.Array
     energy_max: jax.Array
@@ -90,6 +91,9 @@ class ICSGLDState(_ICSGLDFields):
         the overflow bin): the chain's log importance weight.
     :ivar multiplier: gradient multiplier of the step that produced ``z``.
     :ivar num_nans: steps rejected (NaN/inf energy, gradient or position; the chain stayed).
+    :ivar active: whether the walker is real (``True``) or a padding copy that keeps out of the
+        histogram update and the energy range (walker axes padded for sharding,
+        :func:`numpyro_mile.run_distributed`).
     :ivar rng_key: one PRNG key per chain.
 
     Shared (no chain axis; read them from ``mcmc.last_state``):
@@ -250,6 +254,9 @@ class ICSGLD(MCMCKernel):
         self._mb: MinibatchModel | None = None
         self._num_warmup = 0
         self._cache = _CachedPerArgs()
+        #: number of real walkers when the walker axis is padded for sharding (the first ones; the others get
+        #: ``active=False`` at ``init``); ``None``: all. Set by :func:`numpyro_mile.run_distributed`.
+        self.num_active_chains: int | None = None
 
     # ------------------------------------------------------------------ NumPyro interface
     @property
@@ -298,6 +305,10 @@ class ICSGLD(MCMCKernel):
         init = self._cache.get("init", model_args, model_kwargs, lambda: build_init(
             self._mb, model_args, model_kwargs, self.init_strategy, self._init_state))
         state = init(keys, init_params)
+        if self.num_active_chains is not None:
+            num_active = int(self.num_active_chains)  # jit: the mask is laid out like the (sharded) walkers
+            state = state._replace(active=jax.jit(lambda e: jnp.arange(e.shape[0]) < num_active)(
+                state.potential_energy))
         check_initial_state(self._kernel_name, state.potential_energy, state.z_grad, state.z)
         return state
 
@@ -375,7 +386,7 @@ class ICSGLD(MCMCKernel):
         return ICSGLDState(
             i=jnp.asarray(0), z=z, potential_energy=energy, z_grad=grad, bin=J,
             log_weight=self._log_weight(jnp.log(theta), J), multiplier=jnp.ones_like(energy),
-            num_nans=jnp.zeros(energy.shape, jnp.int32), theta=theta,
+            num_nans=jnp.zeros(energy.shape, jnp.int32), active=jnp.ones(energy.shape, bool), theta=theta,
             energy_min=jnp.min(jnp.where(finite, energy, jnp.inf)),
             energy_max=jnp.max(jnp.where(finite, energy, -jnp.inf)),
             rng_key=keys,
@@ -396,14 +407,17 @@ class ICSGLD(MCMCKernel):
         J = self._bins(energy)
         weight = theta[J] if not self.csgld else jnp.exp(self.zeta * log_theta[J])
         onehot = jax.nn.one_hot(J, self.num_bins, dtype=dtype)
-        H = jnp.mean(weight[:, None] * (onehot - theta[None, :]), axis=0)
+        # mean over the real walkers; with the walker axis sharded over devices this is one all-reduce of
+        # m numbers (and one of a count), never of positions
+        active = state.active.astype(dtype)
+        H = jnp.sum(active[:, None] * weight[:, None] * (onehot - theta[None, :]), axis=0) / jnp.sum(active)
         omega = jnp.asarray(self.sa_schedule(state.i + 1), dtype)
         theta_new = theta + omega * H
-        finite = jnp.isfinite(energy)
+        finite = jnp.isfinite(energy) & state.active
         return ICSGLDState(
             i=state.i + 1, z=z, potential_energy=energy, z_grad=grad, bin=J,
             log_weight=self._log_weight(jnp.log(theta_new), J), multiplier=mult,
-            num_nans=state.num_nans + jnp.where(ok, 0, 1), theta=theta_new,
+            num_nans=state.num_nans + jnp.where(ok, 0, 1), active=state.active, theta=theta_new,
             energy_min=jnp.minimum(state.energy_min, jnp.min(jnp.where(finite, energy, jnp.inf))),
             energy_max=jnp.maximum(state.energy_max, jnp.max(jnp.where(finite, energy, -jnp.inf))),
             rng_key=keys,

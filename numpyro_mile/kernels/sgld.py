@@ -42,6 +42,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
+from ..distributed import to_host
 from ..minibatch import MinibatchModel
 
 __all__ = ["SGLD", "SGLDState", "RunningMoments", "Moments", "langevin_move", "polynomial_schedule", "sgld_transition"]
@@ -180,10 +181,12 @@ def check_initial_state(kernel_name: str, energy, grad, z) -> None:
     """Raise when a chain starts where the energy or its gradient is not finite (concrete values only)."""
     if isinstance(energy, jax.core.Tracer):
         return
-    bad = ~np.isfinite(np.asarray(energy)).reshape(-1)
+    # reduce where the chains live, then bring one flag per chain to the host (chains sharded over processes
+    # by numpyro_mile.run_distributed are gathered)
+    bad = ~jnp.isfinite(jnp.reshape(energy, -1))
     for leaf in jax.tree.leaves((grad, z)):
-        leaf = np.asarray(leaf)
-        bad |= ~np.isfinite(leaf.reshape(bad.shape[0], -1)).all(1)
+        bad |= ~jnp.all(jnp.isfinite(jnp.reshape(leaf, (bad.shape[0], -1))), axis=1)
+    bad = to_host(bad)
     if bad.any():
         raise ValueError(
             f"{kernel_name}: the initial position of chain(s) {np.flatnonzero(bad).tolist()} has a non-finite "

@@ -1,0 +1,298 @@
+"""Chains sharded over devices and processes (numpyro_mile.distributed).
+
+The multi-device checks run in subprocesses: one process with 4 virtual CPU devices
+(``--xla_force_host_platform_device_count=4``), and two processes joined by
+``jax.distributed.initialize`` on 127.0.0.1 (CPU collectives: gloo) with 2 devices each. Each
+compares the per-chain draws with a single-device ``vectorized`` run of the same keys.
+
+Tolerances: the sharded program is the vectorized program partitioned by XLA, so differences
+can only come from float32 rounding (XLA may vectorise a block of 1 chain differently from a
+block of 6). SGLD and ICSGLD came out bit-identical here; MILE differs by up to ~3e-4 after 30
+steps because its step-size adaptation feeds rounding back into the dynamics. The tolerances
+(1e-5 and 1e-3) are far below the distance between *different* chains (checked: > 20 x the tolerance), so a
+chain that received another chain's key, start or histogram would fail.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpyro.infer import MCMC
+
+from numpyro_mile import run_distributed
+from numpyro_mile.distributed import chain_mesh, collectives, padded_size, shard_chains, to_host
+
+TOL = {"mile": 1e-3, "sgld": 1e-5, "icsgld": 1e-5}
+COUNTS = (3, 4, 6)
+NUM_BINS = 22
+
+# a 3-parameter regression with a "data" plate: the kernels' code paths at the lowest compile cost
+MODEL = """
+import numpy as np, jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist
+def linreg(X, y=None, subsample_size=None):
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    b = numpyro.sample("b", dist.Normal(0.0, 1.0))
+    with numpyro.plate("data", X.shape[0], subsample_size=subsample_size) as idx:
+        numpyro.sample("y", dist.Normal(X[idx] @ w + b, 0.5), obs=None if y is None else y[idx])
+rng = np.random.default_rng(0)
+X = jnp.asarray(rng.normal(size=(40, 2)), jnp.float32)
+y = X @ jnp.array([1.0, -0.5]) + 0.3 + 0.5 * jnp.asarray(rng.normal(size=40), jnp.float32)
+def kernel(name, pretrain_epochs=None):
+    from numpyro_mile import ICSGLD, MILE, SGLD
+    if name == "mile":
+        return MILE(linreg, phase_split=(0.4, 0.1, 0.5),
+                    ensemble_options=dict(max_epochs=pretrain_epochs or 1, progress_bar=False))
+    if name == "sgld":
+        return SGLD(linreg, 1e-3)
+    return ICSGLD(linreg, 1e-3, zeta=1.0, num_bins=%d, bin_width=10.0, min_energy=0.0, sa_schedule=0.05)
+def model_kwargs(name):
+    return {} if name == "mile" else dict(subsample_size=10)
+""" % NUM_BINS
+
+FOUR_DEVICES = MODEL + """
+import json, warnings
+from numpyro.infer import MCMC
+from numpyro_mile import deep_ensemble, run_distributed, sharded_deep_ensemble
+from numpyro_mile.distributed import collectives, to_host
+warnings.simplefilter("ignore")
+assert jax.device_count() == 4
+keys = jax.random.split(jax.random.PRNGKey(0), 6)
+init = {"w": 0.3 * jax.random.normal(jax.random.PRNGKey(1), (6, 2)),
+        "b": 0.3 * jax.random.normal(jax.random.PRNGKey(2), (6,))}
+first = lambda n: jax.tree.map(lambda v: v[:n], init)
+new_mcmc = lambda name, n: MCMC(kernel(name), num_warmup=20, num_samples=10, num_chains=n,
+                                chain_method="vectorized", progress_bar=False)
+out = {}
+def record(name, n, ref, mcmc, draws):
+    a = np.asarray(ref.get_samples(group_by_chain=True)["w"])[:n]
+    b = to_host(draws)[:n]
+    other = min(float(np.abs(a[j] - b[k]).max()) for j in range(n) for k in range(n) if j != k)
+    res = dict(diff=float(np.abs(a - b).max()), other_chain=other, shape=list(b.shape))
+    if name == "icsgld":
+        res["theta_diff"] = float(np.abs(np.asarray(ref.last_state.theta) - np.asarray(mcmc.last_state.theta)).max())
+    out[f"{name}_{n}"] = res
+for name in ["mile", "sgld", "icsgld"]:
+    refs = {}
+    for n in (3, 4, 6) if name == "icsgld" else (6,):  # ICSGLD's walkers interact: one reference per count
+        refs[n] = new_mcmc(name, n)
+        refs[n].run(keys[:n], X, y, init_params=first(n), **model_kwargs(name))
+    ref = lambda n: refs[n if name == "icsgld" else 6]
+    # 4 chains, then 3 on the same MCMC (padded to 4: same shapes, so ICSGLD's walker mask must live in the
+    # state, not in a compiled constant), then 6 (padded to 8)
+    shared = new_mcmc(name, 4)
+    for n in (4, 3):
+        shared.num_chains = n
+        gather = not (name == "sgld" and n == 3)  # SGLD, 3 chains: samples kept sharded (padded to 4)
+        run = run_distributed(shared, keys[:n], X, y, init_params=first(n), gather=gather, **model_kwargs(name))
+        record(name, n, ref(n), shared, run.samples["w"])
+        if name == "icsgld" and n == 3:  # for the two-process test
+            out["icsgld_3_draws"] = to_host(run.samples["w"]).tolist()
+            out["icsgld_3_theta"] = np.asarray(shared.last_state.theta).tolist()
+        if not gather:
+            out["kept"] = dict(shape=list(run.samples["w"].shape), spec=str(tuple(run.samples["w"].sharding.spec)),
+                               padded=run.num_padded_chains)
+    mcmc = new_mcmc(name, 6)
+    run = run_distributed(mcmc, keys, X, y, init_params=init, **model_kwargs(name))
+    record(name, 6, ref(6), mcmc, run.samples["w"])
+    out[f"{name}_state_specs"] = sorted({str(tuple(x.sharding.spec)) for x in jax.tree.leaves(mcmc.last_state)})
+    if name != "sgld":  # what crosses devices in one step of 8 sharded chains
+        kern, kw = mcmc.sampler, model_kwargs(name)
+        step = jax.jit(lambda s: kern.sample(s, (X, y), kw)).lower(mcmc.last_state).compile()
+        out[f"{name}_collectives"] = [list(c) for c in collectives(step)]
+
+# single-device references for the two-process test: MILE with its own (deep-ensemble) pretraining, and
+# deep_ensemble for sharded_deep_ensemble (3 members on 4 devices: padded)
+pretrained = MCMC(kernel("mile", pretrain_epochs=2), num_warmup=20, num_samples=10, num_chains=3,
+                  chain_method="vectorized", progress_bar=False)
+pretrained.run(keys[:3], X, y)
+out["mile_pretrained_draws"] = np.asarray(pretrained.get_samples(group_by_chain=True)["w"]).tolist()
+de = deep_ensemble(linreg, jax.random.PRNGKey(3), 3, X, y, max_epochs=2, progress_bar=False)
+sde = sharded_deep_ensemble(linreg, jax.random.PRNGKey(3), 3, X, y, max_epochs=2, progress_bar=False)
+out["ensemble"] = dict(diff=float(np.abs(np.asarray(de.init_params["w"]) - sde.init_params["w"]).max()),
+                       curve_diff=float(np.nanmax(np.abs(de.val_loss - sde.val_loss))),
+                       shape=list(sde.init_params["w"].shape))
+print("RESULT " + json.dumps(out))
+"""
+
+TWO_PROCESSES = """
+import json, sys, warnings
+import jax
+pid, port = int(sys.argv[1]), sys.argv[2]
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
+                           initialization_timeout=120)
+""" + MODEL + """
+from numpyro.infer import MCMC
+from numpyro_mile import run_distributed
+warnings.simplefilter("ignore")
+res = {"process_count": jax.process_count(), "device_count": jax.device_count()}
+keys = jax.random.split(jax.random.PRNGKey(0), 6)[:3]
+init = {"w": 0.3 * jax.random.normal(jax.random.PRNGKey(1), (6, 2))[:3],
+        "b": 0.3 * jax.random.normal(jax.random.PRNGKey(2), (6,))[:3]}
+# 3 walkers padded to 4 (masked histogram, all-reduced across the processes), as in the 4-device run
+mcmc = MCMC(kernel("icsgld"), num_warmup=20, num_samples=10, num_chains=3, chain_method="vectorized",
+            progress_bar=False)
+res["icsgld_draws"] = run_distributed(mcmc, keys, X, y, init_params=init, **model_kwargs("icsgld")).samples["w"].tolist()
+res["icsgld_theta"] = np.asarray(mcmc.last_state.theta).tolist()
+# MILE with its deep-ensemble pretraining sharded over both processes
+mcmc = MCMC(kernel("mile", pretrain_epochs=2), num_warmup=20, num_samples=10, num_chains=3,
+            chain_method="vectorized", progress_bar=False)
+res["mile_draws"] = run_distributed(mcmc, keys, X, y).samples["w"].tolist()
+if pid == 0:
+    print("RESULT " + json.dumps(res), flush=True)
+"""
+
+
+def _env(num_devices):
+    env = dict(os.environ)
+    # no LLVM optimisation: compiling dominates these short runs (reference and sharded runs alike)
+    env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={num_devices} --xla_backend_optimization_level=0 "
+                        "--xla_llvm_disable_expensive_passes=true")
+    env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+def _result(stdout: str) -> dict:
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, "the subprocess printed no RESULT line"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.fixture(scope="module")
+def four_devices():
+    proc = subprocess.run([sys.executable, "-c", FOUR_DEVICES], capture_output=True, text=True, timeout=900,
+                          env=_env(4))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return _result(proc.stdout)
+
+
+# ---------------------------------------------------------------------------------------------- 4 devices
+@pytest.mark.parametrize("name", ["mile", "sgld", "icsgld"])
+def test_sharded_chains_equal_vectorized_chains(four_devices, name):
+    for n in COUNTS:
+        res = four_devices[f"{name}_{n}"]
+        assert res["shape"] == [n, 10, 2]
+        assert res["diff"] < TOL[name], (n, res)
+        assert res["other_chain"] > 20 * TOL[name], (n, res)  # the check can tell chains apart
+        if name == "icsgld":
+            assert res["theta_diff"] < 1e-6, (n, res)
+
+
+def test_only_the_histogram_crosses_devices(four_devices):
+    """ICSGLD: one all-reduce of the m bins (plus a few scalars), never positions or gradients.
+
+    MILE: scalars each step, and once, at the end of warmup, an all-gather of the Phase III sample
+    buffer (8 chains x 3 coordinates x 10 stored draws, zero-padded to 20 for the FFT, and its
+    complex transform): XLA does not partition FFTs over a batch axis, so the ESS runs replicated.
+    """
+    ics = four_devices["icsgld_collectives"]
+    assert ics and {op for op, _, _ in ics} == {"all-reduce"}
+    sizes = sorted(count for _, _, count in ics)  # the bins and the walker count; a few scalars
+    assert NUM_BINS <= sizes[-1] <= NUM_BINS + 1 and all(size <= 2 for size in sizes[:-1]), ics
+    mile = four_devices["mile_collectives"]
+    big = [(op, count) for op, _, count in mile if count > 1]
+    assert all(op == "all-gather" and count <= 8 * 3 * 20 for op, count in big), mile
+    for name in ("mile", "sgld", "icsgld"):  # per-chain state sharded, shared fields replicated
+        assert set(four_devices[f"{name}_state_specs"]) <= {"('chains',)", "()"}
+        assert "('chains',)" in four_devices[f"{name}_state_specs"]
+
+
+def test_samples_kept_sharded_and_sharded_deep_ensemble(four_devices):
+    assert four_devices["kept"] == {"shape": [4, 10, 2], "spec": "('chains',)", "padded": 4}
+    ens = four_devices["ensemble"]
+    assert ens["shape"] == [3, 2] and ens["diff"] < 1e-5 and ens["curve_diff"] < 1e-5
+
+
+# ---------------------------------------------------------------------------------------------- 2 processes
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_with_jax_distributed(four_devices):
+    """jax.distributed.initialize on 127.0.0.1: 2 processes x 2 CPU devices, gloo collectives.
+
+    Compared with single-device vectorized references computed by the 4-device script (ICSGLD: its
+    sharded run, itself checked against the reference above; the same 4-device layout).
+    """
+    port = str(_free_port())
+    procs = [subprocess.Popen([sys.executable, "-c", TWO_PROCESSES, str(pid), port], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env(2)) for pid in (1, 0)]
+    outs = []
+    try:
+        for proc in procs:
+            outs.append(proc.communicate(timeout=900))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    for proc, (_, err) in zip(procs, outs):
+        assert proc.returncode == 0, err[-3000:]
+    res = _result(outs[1][0])
+    assert res["process_count"] == 2 and res["device_count"] == 4
+    ics, mile = np.asarray(res["icsgld_draws"]), np.asarray(res["mile_draws"])
+    assert ics.shape == mile.shape == (3, 10, 2)
+    np.testing.assert_allclose(ics, four_devices["icsgld_3_draws"], rtol=0, atol=TOL["icsgld"])
+    np.testing.assert_allclose(res["icsgld_theta"], four_devices["icsgld_3_theta"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(mile, four_devices["mile_pretrained_draws"], rtol=0, atol=TOL["mile"])
+
+
+# ---------------------------------------------------------------------------------------------- in process
+def test_padding_and_placement():
+    assert [padded_size(n, 4) for n in (1, 3, 4, 6, 8)] == [4, 4, 4, 8, 8]
+    mesh = chain_mesh()
+    tree = {"a": np.arange(6.0).reshape(3, 2), "k": jax.random.split(jax.random.key(0), 3)}
+    placed = shard_chains(tree, mesh)
+    assert placed["a"].shape[0] == padded_size(3, jax.device_count())
+    np.testing.assert_array_equal(to_host(placed["a"])[:3], tree["a"])
+    np.testing.assert_array_equal(to_host(placed["a"])[3:], np.broadcast_to(tree["a"][-1], (placed["a"].shape[0] - 3, 2)))
+    assert jnp.issubdtype(placed["k"].dtype, jax.dtypes.prng_key)
+    with pytest.raises(ValueError, match="leading chain axis"):
+        shard_chains({"a": np.zeros((3, 2)), "b": np.zeros((4,))}, mesh)
+    with pytest.raises(ValueError, match="positive integer"):
+        padded_size(0, 4)
+
+
+def test_collectives_parser():
+    hlo = textwrap.dedent("""
+        %all-reduce.3 = f32[20]{0} all-reduce(%x), channel_id=4, replica_groups=...
+        %ag = f32[8,3]{1,0} all-gather(%y), dimensions={0}
+        %ars = (f32[], f32[]) all-reduce-start(%a), channel_id=1
+        %add = f32[20]{0} add(%all-reduce.3, %z)
+    """)
+    assert collectives(hlo) == [("all-reduce", "f32[20]{0}", 20), ("all-gather", "f32[8,3]{1,0}", 24),
+                                ("all-reduce-start", "(f32[], f32[])", 1)]
+
+
+def test_run_distributed_errors_and_one_chain():
+    ns = {}
+    exec(MODEL, ns)  # noqa: S102  (the subprocesses' tiny model, data and kernels)
+    X, y = ns["X"], ns["y"]
+    mcmc = MCMC(ns["kernel"]("sgld"), num_warmup=5, num_samples=5, num_chains=2, chain_method="sequential",
+                progress_bar=False)
+    with pytest.raises(ValueError, match="chain_method='vectorized'"):
+        run_distributed(mcmc, jax.random.PRNGKey(0), X, y)
+    mcmc = MCMC(ns["kernel"]("sgld"), num_warmup=5, num_samples=5, num_chains=2, chain_method="vectorized",
+                progress_bar=False)
+    with pytest.raises(ValueError, match="one per chain"):
+        run_distributed(mcmc, jax.random.split(jax.random.PRNGKey(0), 3), X, y)
+    # one chain on a one-device mesh: MCMC's unbatched single-chain path, same draws as mcmc.run
+    runs = []
+    for distributed in (False, True):
+        mcmc = MCMC(ns["kernel"]("sgld"), num_warmup=5, num_samples=5, progress_bar=False)
+        if distributed:
+            out = run_distributed(mcmc, jax.random.PRNGKey(0), X, y, mesh=chain_mesh(jax.devices()[:1]),
+                                  subsample_size=10)
+            assert out.samples["w"].shape == (1, 5, 2) and isinstance(out.samples["w"], np.ndarray)
+        else:
+            mcmc.run(jax.random.PRNGKey(0), X, y, subsample_size=10)
+        runs.append(np.asarray(mcmc.get_samples(group_by_chain=True)["w"]))
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert mcmc.num_chains == 1
