@@ -53,7 +53,7 @@ import numpy as np
 from numpyro.util import is_prng_key
 from tqdm.auto import tqdm
 
-from .streaming import SampleStore, _store_dtype, atomic_write_bytes, load_inference_data, load_samples
+from .streaming import SampleStore, storage_dtype, atomic_write_bytes, load_inference_data, load_samples
 
 __all__ = [
     "CHECKPOINT_VERSION", "Checkpoint", "CheckpointError", "ChunkProgress", "ChunkedRun",
@@ -396,6 +396,8 @@ def save_checkpoint(source, path: str | os.PathLike, *, model_args: tuple = (), 
         if state is None:
             raise ValueError("this MCMC has no state yet: call mcmc.run(...) or mcmc.warmup(...) before saving.")
         fingerprint = run_fingerprint(source, model_args, model_kwargs)
+        if not model_args and not model_kwargs:
+            fingerprint["data"] = None  # not recorded: not checked on loading
     else:
         state, fingerprint = source, {}
     meta = {"kind": "state", "step": _step_of(state), "num_draws": 0, "fingerprint": fingerprint,
@@ -424,7 +426,8 @@ def load_checkpoint(path: str | os.PathLike, *, mcmc=None, model_args: tuple | N
                       extra={k: v for k, v in payload.items() if k != "state"})
     if mcmc is not None:
         now = run_fingerprint(mcmc, model_args or (), model_kwargs)
-        ignore = ("data",) if model_args is None and model_kwargs is None else ()
+        unknown = (model_args is None and model_kwargs is None) or ckpt.fingerprint.get("data") is None
+        ignore = ("data",) if unknown else ()
         saved = {k: v for k, v in ckpt.fingerprint.items() if k in now}
         check_fingerprint(saved, now, path, ignore=ignore)
         mcmc.post_warmup_state = ckpt.state
@@ -652,70 +655,122 @@ def run_chunked(
     num_warmup, num_samples, num_chains = int(mcmc.num_warmup), int(mcmc.num_samples), int(mcmc.num_chains)
     thinning = int(mcmc.thinning)
     num_steps = num_warmup + num_samples
-    num_draws = num_samples // thinning
     checkpoint_path = Path(checkpoint_path)
     sample_dir = Path(sample_dir) if sample_dir is not None else checkpoint_path.with_name(
         checkpoint_path.name + ".samples")
-    store_dtype = None if _store_dtype(store_dtype) is None else _store_dtype(store_dtype).name
-    if num_chains == 1:
-        layout = "single"
-    elif mcmc.chain_method == "vectorized":
-        layout = "vectorized"
-    else:
-        if mcmc.chain_method == "parallel":
-            warnings.warn("run_chunked runs chain_method='parallel' chains one after the other (as 'sequential').",
-                          UserWarning, stacklevel=2)
-        layout = "sequential"
-
+    store_dtype = None if storage_dtype(store_dtype) is None else storage_dtype(store_dtype).name
+    layout = _layout(mcmc)
     fingerprint = run_fingerprint(mcmc, args, kwargs, extra_fields=list(extra_fields), store_dtype=store_dtype,
                                   rng_key=_digest(rng_key))
     fingerprint["chain_method"] = layout
     init_params = jax.tree.map(lambda x: jax.lax.convert_element_type(x, jnp.result_type(x)), init_params)
     keys = jax.random.split(rng_key, num_chains) if num_chains > 1 and is_prng_key(rng_key) else rng_key
 
-    ckpt = None
-    if resume and checkpoint_path.exists():
-        ckpt = load_checkpoint(checkpoint_path)
-        if ckpt.metadata.get("kind") != "chunked" or ckpt.metadata.get("layout") != layout:
-            raise CheckpointError(f"{checkpoint_path} was not written by run_chunked; pass another checkpoint_path.")
-        check_fingerprint(ckpt.fingerprint, fingerprint, checkpoint_path)
-        versions = ckpt.metadata.get("versions") or {}
-        if versions and versions != _versions():
-            warnings.warn(f"{checkpoint_path} was written with {versions}, this process runs {_versions()}: the "
-                          "resumed draws may differ in the last bits from an uninterrupted run.", UserWarning,
-                          stacklevel=2)
-
-    # ---- kernel init: a fresh start, or rebuild the kernel's closures and swap in the saved state
-    def init_one(key, params):
-        return kernel.init(key, num_warmup, params, model_args=args, model_kwargs=kwargs)
-
-    if layout == "sequential":
-        if ckpt is None:
-            states = [init_one(keys[c], None if init_params is None else jax.tree.map(lambda x: x[c], init_params))
-                      for c in range(num_chains)]
-        else:
-            saved = [jax.tree.map(lambda x: x[c], ckpt.state) for c in range(num_chains)]
-            for c in range(num_chains):
-                init_one(keys[c], _positions(kernel, saved[c]))
-            states = saved
-    else:
-        if ckpt is None:
-            states = [init_one(keys, init_params)]
-        else:
-            init_one(keys, _positions(kernel, ckpt.state))
-            states = [ckpt.state]
-
-    states = [_strong(s) for s in states]
+    ckpt = _resume_point(checkpoint_path, fingerprint, layout) if resume and checkpoint_path.exists() else None
+    states = _init_states(kernel, layout, keys, num_warmup, init_params, ckpt, args, kwargs)
     step = 0 if ckpt is None else int(ckpt.step)
     drawn = 0 if ckpt is None else int(ckpt.num_draws)
 
-    # ---- collection and store
     fields, removed = _collect_spec(kernel, extra_fields)
     postprocess = mcmc.postprocess_fn if mcmc.postprocess_fn is not None else kernel.postprocess_fn(args, kwargs)
-    if layout == "vectorized":
-        postprocess = jax.vmap(postprocess)
-    transform = _make_transform(postprocess, fields, removed)
-    proto = jax.eval_shape(transform, states[0])
+    transform = _make_transform(jax.vmap(postprocess) if layout == "vectorized" else postprocess, fields, removed)
+    spec = _store_spec(jax.eval_shape(transform, states[0]), layout)
+    store = SampleStore.create(sample_dir, spec, num_chains=num_chains, num_draws=num_samples // thinning,
+                               store_dtype=store_dtype, attrs={"num_warmup": num_warmup, "thinning": thinning})
+    if store.num_written != drawn:  # a crash after the store advanced but before the checkpoint did
+        store.commit(drawn)
+
+    def stacked_state():
+        return jax.tree.map(lambda *xs: jnp.stack(xs), *states) if layout == "sequential" else states[0]
+
+    def save(step_done, draws_done):
+        meta = {"kind": "chunked", "step": step_done, "num_draws": draws_done, "fingerprint": fingerprint,
+                "metadata": {"kind": "chunked", "layout": layout, "sample_dir": str(sample_dir)}}
+        _write(checkpoint_path, {"state": stacked_state(), "init_keys": keys}, meta)
+
+    if ckpt is None:
+        save(0, 0)  # after init (for MILE: after pretraining)
+
+    num_buffer = max(1, -(-min(chunk_size, max(num_samples, 1)) // thinning))
+    chunk_len = min(chunk_size, max(num_steps, 1))
+    advance = _cached_advance(
+        (json.dumps(fingerprint, sort_keys=True), layout, chunk_len, num_buffer, fields, removed), kernel,
+        lambda: _make_advance(kernel, args, kwargs, transform, chunk_len, num_buffer))
+    bar = tqdm(total=num_steps, initial=step, disable=not mcmc.progress_bar)
+    try:
+        while step < num_steps:
+            stop = min(step + chunk_size, num_warmup if step < num_warmup else num_steps)
+            phase = "warmup" if step < num_warmup else "sample"
+            slots, first, n_kept = _chunk_slots(step, stop, chunk_len, num_warmup, num_samples, thinning)
+            t0, c0 = time.perf_counter(), time.process_time()
+            buffers = []
+            for c, state in enumerate(states):
+                states[c], buffer = advance(state, jnp.asarray(stop - step, jnp.int32), jnp.asarray(slots))
+                buffers.append(jax.device_get(buffer) if n_kept else None)
+            if n_kept:
+                store.write(_gather(buffers, spec, n_kept, layout), first)
+            jax.block_until_ready(states)
+            step, drawn = stop, first + n_kept
+            save(step, drawn)
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+            bar.set_description(phase, refresh=False)
+            bar.update(stop - bar.n)
+            if callback is not None and callback(ChunkProgress(step, num_steps, drawn, phase, seconds, cpu)):
+                break
+    finally:
+        bar.close()
+    return ChunkedRun(stacked_state(), step, drawn, step >= num_steps, checkpoint_path, sample_dir)
+
+
+def _layout(mcmc) -> str:
+    """``"single"`` (one chain), ``"vectorized"`` (one batched state) or ``"sequential"`` (a state per chain)."""
+    if mcmc.num_chains == 1:
+        return "single"
+    if mcmc.chain_method == "vectorized":
+        return "vectorized"
+    if mcmc.chain_method == "parallel":
+        warnings.warn("run_chunked runs chain_method='parallel' chains one after the other (as 'sequential').",
+                      UserWarning, stacklevel=3)
+    return "sequential"
+
+
+def _resume_point(path: Path, fingerprint: dict, layout: str) -> Checkpoint:
+    """The checkpoint to resume from, after checking that it is this run's."""
+    ckpt = load_checkpoint(path)
+    if ckpt.metadata.get("kind") != "chunked" or ckpt.metadata.get("layout") != layout:
+        raise CheckpointError(f"{path} was not written by run_chunked with this chain layout; pass another "
+                              "checkpoint_path.")
+    check_fingerprint(ckpt.fingerprint, fingerprint, path)
+    versions = ckpt.metadata.get("versions") or {}
+    if versions and versions != _versions():
+        warnings.warn(f"{path} was written with {versions}, this process runs {_versions()}: the resumed draws "
+                      "may differ in the last bits from an uninterrupted run.", UserWarning, stacklevel=3)
+    return ckpt
+
+
+def _init_states(kernel, layout, keys, num_warmup, init_params, ckpt, args, kwargs) -> list:
+    """Initial states: ``kernel.init`` as ``MCMC.run`` calls it, or, when resuming, ``init`` at the saved
+    positions (it rebuilds the kernel's closures; for MILE without pretraining) and then the saved state."""
+    def init(key, params):
+        return kernel.init(key, num_warmup, params, model_args=args, model_kwargs=kwargs)
+
+    if layout != "sequential":
+        if ckpt is None:
+            return [_strong(init(keys, init_params))]
+        init(keys, _positions(kernel, ckpt.state))
+        return [_strong(ckpt.state)]
+    num_chains = keys.shape[0]
+    if ckpt is None:
+        return [_strong(init(keys[c], None if init_params is None else jax.tree.map(lambda x: x[c], init_params)))
+                for c in range(num_chains)]
+    saved = [jax.tree.map(lambda x: x[c], ckpt.state) for c in range(num_chains)]
+    for c in range(num_chains):
+        init(keys[c], _positions(kernel, saved[c]))
+    return [_strong(state) for state in saved]
+
+
+def _store_spec(proto: dict, layout: str) -> dict:
+    """``{group: {name: (shape per draw, dtype)}}`` from the shapes of one collected step."""
     lead = 1 if layout == "vectorized" else 0
     spec = {}
     for group, values in proto.items():
@@ -724,64 +779,29 @@ def run_chunked(
                 raise ValueError(f"extra field {name!r} is not an array; collect one of its array sub-fields "
                                  f"(e.g. '{name}.step_size').")
             spec.setdefault(group, {})[name] = (shape.shape[lead:], shape.dtype)
-    store = SampleStore.create(sample_dir, spec, num_chains=num_chains, num_draws=num_draws,
-                               store_dtype=store_dtype, attrs={"num_warmup": num_warmup, "thinning": thinning})
-    if store.num_written != drawn:  # a crash after the store advanced but before the checkpoint did
-        store.commit(drawn)
+    return spec
 
-    def stacked_state():
-        if layout == "sequential":
-            return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
-        return states[0]
 
-    def save(step_done, draws_done):
-        meta = {"kind": "chunked", "step": step_done, "num_draws": draws_done, "fingerprint": fingerprint,
-                "metadata": {"kind": "chunked", "layout": layout, "sample_dir": str(sample_dir)}}
-        _write(checkpoint_path, {"state": stacked_state(), "init_keys": keys}, meta)
+def _chunk_slots(step: int, stop: int, chunk_len: int, num_warmup: int, num_samples: int,
+                 thinning: int) -> tuple[np.ndarray, int, int]:
+    """For steps ``step+1 .. stop``: the buffer slot of each kept state (-1: not kept), the index of the
+    chunk's first draw, and the number of draws kept in the chunk."""
+    first = _num_kept(step, num_warmup, num_samples, thinning)
+    slots = np.full(chunk_len, -1, np.int32)
+    for k in range(stop - step):
+        kept = _num_kept(step + k + 1, num_warmup, num_samples, thinning)
+        if kept > _num_kept(step + k, num_warmup, num_samples, thinning):
+            slots[k] = kept - 1 - first
+    return slots, first, _num_kept(stop, num_warmup, num_samples, thinning) - first
 
-    if ckpt is None:
-        save(0, 0)
 
-    num_buffer = max(1, -(-min(chunk_size, max(num_samples, 1)) // thinning))
-    chunk_len = min(chunk_size, max(num_steps, 1))
-    advance = _cached_advance(
-        (json.dumps(fingerprint, sort_keys=True), layout, chunk_len, num_buffer, fields, removed), kernel,
-        lambda: _make_advance(kernel, args, kwargs, transform, chunk_len, num_buffer))
-    bar = tqdm(total=num_steps, initial=step, disable=not mcmc.progress_bar, desc="warmup" if step < num_warmup
-               else "sample")
-    try:
-        while step < num_steps:
-            stop = min(step + chunk_size, num_warmup if step < num_warmup else num_steps)
-            phase = "warmup" if step < num_warmup else "sample"
-            first = _num_kept(step, num_warmup, num_samples, thinning)
-            slots = np.full(chunk_len, -1, np.int32)
-            for k in range(stop - step):
-                kept = _num_kept(step + k + 1, num_warmup, num_samples, thinning)
-                if kept > _num_kept(step + k, num_warmup, num_samples, thinning):
-                    slots[k] = kept - 1 - first
-            n_kept = _num_kept(stop, num_warmup, num_samples, thinning) - first
-            t0, c0 = time.perf_counter(), time.process_time()
-            collected = []
-            for c, state in enumerate(states):
-                states[c], buffer = advance(state, jnp.asarray(stop - step, jnp.int32), jnp.asarray(slots))
-                collected.append(jax.device_get(buffer) if n_kept else None)
-            if n_kept:
-                values = {}
-                for group, variables in spec.items():
-                    values[group] = {}
-                    for name in variables:
-                        parts = [np.asarray(b[group][name][:n_kept]) for b in collected]
-                        parts = [np.swapaxes(p, 0, 1) if layout == "vectorized" else p[None] for p in parts]
-                        values[group][name] = np.concatenate(parts, axis=0)
-                store.write(values, first)
-            jax.block_until_ready(states)
-            step, drawn = stop, first + n_kept
-            save(step, drawn)
-            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-            bar.set_description(phase, refresh=False)
-            bar.update(stop - (bar.n))
-            if callback is not None and callback(ChunkProgress(step, num_steps, drawn, phase, seconds, cpu)):
-                break
-    finally:
-        bar.close()
-    return ChunkedRun(stacked_state(), step, drawn, step >= num_steps, checkpoint_path, sample_dir)
+def _gather(buffers: list, spec: dict, n_kept: int, layout: str) -> dict:
+    """The chunk's draws as ``{group: {name: (chains, n_kept, ...)}}`` from the per-state buffers."""
+    values = {}
+    for group, variables in spec.items():
+        values[group] = {}
+        for name in variables:
+            parts = [np.asarray(b[group][name][:n_kept]) for b in buffers]
+            parts = [np.swapaxes(p, 0, 1) if layout == "vectorized" else p[None] for p in parts]
+            values[group][name] = np.concatenate(parts, axis=0)
+    return values

@@ -31,7 +31,7 @@ from typing import Mapping
 import ml_dtypes
 import numpy as np
 
-__all__ = ["SampleStore", "STORE_DTYPES", "load_samples", "load_inference_data", "round_to_dtype"]
+__all__ = ["SampleStore", "STORE_DTYPES", "load_samples", "load_inference_data", "round_to_dtype", "storage_dtype"]
 
 STORE_VERSION = 1
 _STORE_FILE = "store.json"
@@ -42,7 +42,12 @@ STORE_DTYPES = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32)
                 "float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 
 
-def _store_dtype(store_dtype) -> np.dtype | None:
+def storage_dtype(store_dtype) -> np.dtype | None:
+    """The NumPy dtype of a storage precision name (``None`` stays ``None``); raises for others.
+
+    >>> storage_dtype("bfloat16").itemsize
+    2
+    """
     if store_dtype is None:
         return None
     name = np.dtype(store_dtype).name if not isinstance(store_dtype, str) else store_dtype
@@ -62,7 +67,7 @@ def round_to_dtype(values, store_dtype) -> np.ndarray:
     [1.0, 1.0]
     """
     values = np.asarray(values)
-    dtype = _store_dtype(store_dtype)
+    dtype = storage_dtype(store_dtype)
     if dtype is None or values.dtype.kind != "f" and values.dtype != STORE_DTYPES["bfloat16"]:
         return values
     return values.astype(dtype)
@@ -157,7 +162,7 @@ class SampleStore:
         :param attrs: JSON-serialisable information kept in ``store.json``.
         """
         directory = Path(directory)
-        dtype = _store_dtype(store_dtype)
+        dtype = storage_dtype(store_dtype)
         layout = {}
         for group, variables in spec.items():
             if group not in GROUPS:

@@ -118,6 +118,17 @@ def test_mile_killed_mid_sampling_or_mid_warmup_resumes_bit_for_bit(tmp_path):
     np.testing.assert_array_equal(idata.sample_stats["L"].values,
                                   np.asarray(reference.get_extra_fields(group_by_chain=True)["L"]))
 
+    # estimate_cost's memory prediction is this run's: the state of the chains and the draws
+    cost = MILE(mlp_regression).estimate_cost(jax.random.PRNGKey(0), *args, num_warmup=100, num_samples=62,
+                                              num_chains=2, thinning=3, chunk_size=40, min_seconds=0.01, **kwargs)
+    state_bytes = sum(x.nbytes for x in jax.tree.leaves(reference.last_state))
+    assert cost.state_bytes <= state_bytes <= cost.state_bytes + 2 * 64  # + a few scalars per chain
+    draws = reference.get_samples(group_by_chain=True)
+    assert cost.sample_bytes == sum(v.nbytes for v in draws.values())
+    per_draw = cost.sample_bytes // (2 * 20)
+    assert cost.predicted_bytes == cost.data_bytes + cost.state_bytes + 2 * 14 * per_draw  # one chunk: 40 / 3 draws
+    assert cost.data_bytes == args[0].nbytes + args[1].nbytes and cost.num_params == 8 + 8 + 16 + 2
+
 
 # ------------------------------------------------------------------------------------------ SGLD, sequential chains
 DATA = np.random.default_rng(0).normal(1.0, 1.0, 50).astype(np.float32)

@@ -9,6 +9,7 @@ the Sampling of Bayesian Neural Networks", ICLR 2025.
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 from functools import partial
@@ -65,16 +66,52 @@ class MILEState(NamedTuple):
 
 
 class CostEstimate(NamedTuple):
-    """Predicted cost of a MILE run (pretraining excluded).
+    """Predicted cost of a MILE run (pretraining and compilation excluded) and its memory.
 
     :ivar num_grad_evals: gradient evaluations of all chains together.
-    :ivar seconds_per_step: measured wall time of one vectorized gradient evaluation of all chains, x2.
+    :ivar seconds_per_step: measured wall time of one step of all chains: MILE's compiled step
+        (``method="step"``) or twice one vectorized gradient evaluation (``method="gradient"``).
     :ivar predicted_seconds: ``seconds_per_step * (num_warmup + num_samples)``.
+    :ivar cpu_seconds_per_step: the same in process CPU time (less sensitive to other processes).
+    :ivar predicted_cpu_seconds: ``cpu_seconds_per_step * (num_warmup + num_samples)``.
+    :ivar compile_seconds: wall time to compile what was timed (the run compiles more: see the note
+        of :meth:`MILE.estimate_cost`).
+    :ivar num_params: unconstrained latent dimension ``d`` of one chain.
+    :ivar state_bytes: the MILE state of all chains: position, momentum and gradient, Phase II mean
+        and variance (``5 d``), and the Phase III buffer (``num_stored x min(d, ess_num_coords)``).
+    :ivar sample_bytes: all kept draws, ``num_chains x (num_samples // thinning)`` times the
+        constrained values of one draw (latent and deterministic sites), in the storage dtype.
+    :ivar data_bytes: the array model arguments.
+    :ivar predicted_bytes: ``data_bytes + state_bytes +`` the draws held at once: all of them, or
+        one chunk with ``chunk_size`` (:func:`numpyro_mile.run_chunked`). ``MCMC.run`` also makes
+        transient copies of its draws (see ``docs/benchmarks/long_runs.md``).
+    :ivar method: ``"step"`` or ``"gradient"``.
     """
 
     num_grad_evals: int
     seconds_per_step: float
     predicted_seconds: float
+    cpu_seconds_per_step: float = float("nan")
+    predicted_cpu_seconds: float = float("nan")
+    compile_seconds: float = float("nan")
+    num_params: int = 0
+    state_bytes: int = 0
+    sample_bytes: int = 0
+    data_bytes: int = 0
+    predicted_bytes: int = 0
+    method: str = "gradient"
+
+
+def _time_calls(fn, arg, min_seconds: float) -> tuple[float, float, int]:
+    """Wall and CPU seconds per call of ``fn(arg)`` (compiled), called until ``min_seconds`` have passed."""
+    jax.block_until_ready(fn(arg))
+    calls, start, cpu = 0, time.perf_counter(), time.process_time()
+    while True:
+        jax.block_until_ready(fn(arg))
+        calls += 1
+        wall = time.perf_counter() - start
+        if wall >= min_seconds:
+            return wall / calls, (time.process_time() - cpu) / calls, calls
 
 
 _WARNED_NAN = "MILE rejected {} sampling step(s) at iteration {} because the energy became NaN or infinite"
@@ -293,20 +330,108 @@ class MILE(MCMCKernel):
         return num_chains * (mclmc.GRAD_EVALS_PER_STEP * (num_warmup + num_samples) + 1)
 
     def estimate_cost(self, rng_key, *model_args, num_warmup: int, num_samples: int, num_chains: int = 1,
-                      repeats: int = 20, **model_kwargs) -> CostEstimate:
-        """Time one vectorized gradient evaluation of ``num_chains`` chains and predict the run's cost."""
-        info = initialize_model(jax.random.split(rng_key, num_chains), self._model, init_strategy=self.init_strategy,
-                                model_args=model_args, model_kwargs=model_kwargs)
-        grad = jax.jit(jax.vmap(jax.value_and_grad(info.potential_fn)))
-        z = info.param_info.z
-        jax.block_until_ready(grad(z))
+                      thinning: int = 1, repeats: int = 20, method: str = "gradient", min_seconds: float = 0.5,
+                      init_params: dict | None = None, chunk_size: int | None = None, store_dtype=None,
+                      **model_kwargs) -> CostEstimate:
+        """Predict the wall time, CPU time and memory of a run before it starts.
+
+        ``method="step"`` compiles MILE's step for ``num_chains`` vectorized chains (without
+        pretraining, from ``init_params``) and times ``repeats`` steps in one
+        compiled loop, repeated until ``min_seconds`` have passed: the per-step cost includes the
+        tuning bookkeeping that a gradient count misses. ``method="gradient"`` times one vectorized
+        ``value_and_grad`` of the potential instead (cheaper to compile) and counts two per step:
+        a lower bound. Memory follows from the shapes (see :class:`CostEstimate`).
+
+        .. note:: compilation of the run (``MCMC.run`` compiles the whole sampling loop, on every
+            call) and deep-ensemble pretraining come on top of ``predicted_seconds``;
+            ``compile_seconds`` is the compile time of the timed step, a lower bound of the former.
+
+        :param rng_key: PRNG key.
+        :param model_args: the model's arguments, as for ``MCMC.run``.
+        :param num_warmup: warmup steps of the run.
+        :param num_samples: sampling steps of the run.
+        :param num_chains: chains (vectorized).
+        :param thinning: MCMC's thinning (changes the memory of the draws, not the time).
+        :param repeats: steps (or gradient evaluations) per timed call.
+        :param method: ``"step"`` or ``"gradient"``.
+        :param min_seconds: time the calls for at least this long (wall).
+        :param init_params: unconstrained positions with a leading chain axis (default: drawn
+            uniformly in (-0.1, 0.1); the values do not change the cost).
+        :param chunk_size: steps per chunk of :func:`numpyro_mile.run_chunked`; the draws held
+            in memory are then one chunk's.
+        :param store_dtype: storage dtype of the draws (``"float32"``, ``"bfloat16"``, ...).
+        :param model_kwargs: the model's keyword arguments.
+        :return: a :class:`CostEstimate`.
+
+        **Example**
+
+        .. doctest::
+
+            >>> import jax
+            >>> from numpyro_mile import MILE
+            >>> from numpyro_mile.datasets import toy_regression
+            >>> from numpyro_mile.models import mlp_regression
+            >>> X, y = toy_regression(100)
+            >>> cost = MILE(mlp_regression).estimate_cost(jax.random.PRNGKey(0), X, y, num_warmup=1000,
+            ...                                           num_samples=500, num_chains=4, min_seconds=0.1)
+            >>> cost.num_grad_evals, cost.num_params
+            (12004, 338)
+        """
+        from ..streaming import storage_dtype
+
+        if method not in ("step", "gradient"):
+            raise ValueError(f"method must be 'step' or 'gradient', got {method!r}.")
+        if int(thinning) < 1 or int(num_samples) < 0 or int(num_chains) < 1:
+            raise ValueError("thinning and num_chains must be positive and num_samples non-negative.")
+        keys = jax.random.split(rng_key, num_chains)
+        if init_params is None:
+            init_params = jax.jit(lambda k: initialize_model(  # jitted: no eager per-operation compiles
+                k, self._model, init_strategy=init_to_uniform(radius=0.1), model_args=model_args,
+                model_kwargs=model_kwargs).param_info.z)(keys)
+        num_steps = num_warmup + num_samples
+        flat = ravel_pytree(jax.tree.map(lambda x: x[0], init_params))[0]
+        dim, itemsize = int(flat.shape[0]), flat.dtype.itemsize
+        if method == "step":
+            kernel = copy.copy(self)
+            kernel.pretrain, kernel.ensembles = False, []
+            state = kernel.init(keys, num_warmup, init_params=init_params, model_args=model_args,
+                                model_kwargs=model_kwargs)
+            potential_fn = kernel._potential_fn_gen(*model_args, **model_kwargs)
+            loop = jax.jit(lambda s: jax.lax.fori_loop(0, repeats, lambda _, x: kernel._step(x, potential_fn), s))
+            timed, arg, per_call = loop, state, repeats
+        else:
+            potential_fn = partial(potential_energy, self._model, model_args, model_kwargs)
+            grad = jax.vmap(jax.value_and_grad(potential_fn))
+
+            def loop(z):  # each evaluation moves z a little, so that none can be hoisted out of the loop
+                def body(_, z):
+                    _, g = grad(z)
+                    return jax.tree.map(lambda a, b: a - 1e-12 * b, z, g)
+                return jax.lax.fori_loop(0, repeats, body, z)
+
+            timed, arg, per_call = jax.jit(loop), init_params, repeats / mclmc.GRAD_EVALS_PER_STEP
         start = time.perf_counter()
-        for _ in range(repeats):
-            out = grad(z)
-        jax.block_until_ready(out)
-        per_step = mclmc.GRAD_EVALS_PER_STEP * (time.perf_counter() - start) / repeats
-        return CostEstimate(self.num_grad_evals(num_warmup, num_samples, num_chains), per_step,
-                            per_step * (num_warmup + num_samples))
+        compiled = timed.lower(arg).compile()
+        compile_seconds = time.perf_counter() - start
+        wall, cpu, _ = _time_calls(compiled, arg, min_seconds)
+        wall, cpu = wall / per_call, cpu / per_call
+
+        schedule = adaptation.make_schedule(num_warmup, phase_split=self.phase_split,
+                                            max_stored_samples=self.max_stored_samples)
+        state_bytes = num_chains * itemsize * (5 * dim + schedule.num_stored * min(dim, self.ess_num_coords))
+        one = jax.eval_shape(partial(constrain_fn, self._model, model_args, model_kwargs, return_deterministic=True),
+                             jax.tree.map(lambda x: x[0], init_params))
+        store = storage_dtype(store_dtype)
+        per_draw = sum(int(np.prod(v.shape)) * (store.itemsize if store is not None and v.dtype.kind == "f"
+                                                else v.dtype.itemsize) for v in jax.tree.leaves(one))
+        num_draws = num_samples // thinning
+        held = num_draws if chunk_size is None else min(num_draws, -(-int(chunk_size) // thinning))
+        data_bytes = sum(int(np.asarray(a).nbytes) for a in jax.tree.leaves((model_args, model_kwargs))
+                         if hasattr(a, "shape"))
+        return CostEstimate(
+            self.num_grad_evals(num_warmup, num_samples, num_chains), wall, wall * num_steps, cpu, cpu * num_steps,
+            compile_seconds, dim, int(state_bytes), int(num_chains * num_draws * per_draw), int(data_bytes),
+            int(data_bytes + state_bytes + num_chains * held * per_draw), method)
 
     # ------------------------------------------------------------------ internals
     def _state_axes(self) -> MILEState:
