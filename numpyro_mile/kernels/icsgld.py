@@ -39,6 +39,10 @@ biases the weights towards that mode; bins narrow compared with the energy sprea
 the regular bins are not flattened and get weight 0, and ``theta`` of the overflow bin is not
 pinned down by the dynamics: cover every energy the chains will see.
 
+Walkers on several devices (:func:`numpyro_mile.run_distributed`): the mean in ``H`` runs over
+the real walkers (``state.active``; padding copies are masked out) and becomes one cross-device
+all-reduce of the ``m`` bin values per step; positions and gradients never leave their device.
+
 With ``zeta = 0`` the multiplier is exactly 1 and the chains are SGLD's: the same key use
 (:func:`numpyro_mile.kernels.sgld.sgld_transition`), so ``ICSGLD(zeta=0)`` reproduces
 :class:`~numpyro_mile.SGLD` bit for bit with the same keys.
