@@ -1,7 +1,10 @@
 """MILE on a Flax network wrapped with ``numpyro.contrib.module.random_flax_module``.
 
-Run: ``python examples/flax_mlp.py`` (about a minute on 2 CPU cores).
+Run: ``python examples/flax_mlp.py`` (about a minute on 2 CPU cores);
+``--smoke`` runs the same code with tiny budgets (seconds), as the tests do.
 """
+
+import argparse
 
 import jax
 import jax.numpy as jnp
@@ -34,10 +37,11 @@ def model(X, y=None):
         numpyro.sample("y", dist.Normal(out[:, 0], sigma), obs=obs)
 
 
-def main(num_warmup=2000, num_samples=500):
+def main(num_warmup=2000, num_samples=500, max_epochs=500):
     X, y = toy_regression(200, seed=0)
     (train, val, test), _ = standardize(split(X, y, seed=0))
-    mcmc = MCMC(MILE(model), num_warmup=num_warmup, num_samples=num_samples, thinning=5, num_chains=4,
+    kernel = MILE(model, ensemble_options=dict(max_epochs=max_epochs))
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, thinning=5, num_chains=4,
                 chain_method="vectorized")
     mcmc.run(jax.random.PRNGKey(0), *train)
     samples = mcmc.get_samples()
@@ -46,4 +50,7 @@ def main(num_warmup=2000, num_samples=500):
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="tiny budgets: checks that the example runs")
+    args = parser.parse_args()
+    main(**(dict(num_warmup=100, num_samples=20, max_epochs=5) if args.smoke else {}))
