@@ -4,13 +4,13 @@ Every loader returns a :class:`~numpyro_mile.datasets.Split` of ``(X, y)`` parts
 ``float32``-ready inputs and ``int32`` labels in ``0 .. num_classes - 1``, cut by
 :func:`~numpyro_mile.datasets.split` (so the same ``seed`` gives the same split).
 
-=============  =======  ============================  ==========================================
-name           rows     inputs                        source
-=============  =======  ============================  ==========================================
-``digits``     1797     ``(64,)`` or ``(8, 8, 1)``    ``sklearn.datasets.load_digits`` (bundled)
-``mnist1d``    4000     ``(40,)`` or ``(40, 1)``      ``mnist1d`` package templates (generated)
-``ionosphere`` 351      ``(33,)``                     ``ionosphere.data`` via :func:`load_uci`
-=============  =======  ============================  ==========================================
+==============  =======  ============================  ==========================================
+name            rows     inputs                        source
+==============  =======  ============================  ==========================================
+``digits``      1797     ``(64,)`` or ``(8, 8, 1)``    ``sklearn.datasets.load_digits`` (bundled)
+``mnist1d``     4000     ``(40,)`` or ``(40, 1)``      ``mnist1d`` package templates (generated)
+``ionosphere``  351      ``(33,)``                     ``ionosphere.data`` via :func:`load_uci`
+==============  =======  ============================  ==========================================
 """
 
 from __future__ import annotations
