@@ -1,0 +1,372 @@
+"""Classification beyond tabular regression: MILE vs DE (and SGLD, ICSGLD, BDE) on CNN and attention BNNs.
+
+Tasks (no download; fixed splits 70/10/20 with ``--seed``):
+
+- ``ionosphere``: UCI ionosphere (``$NUMPYRO_MILE_DATA`` or ``../shared/data/uci``), ``mlp_classification``
+  (2 x 16 ReLU, N(0, 1) prior), binary;
+- ``digits``: scikit-learn's 8x8 digits, LeNet-style 2-D ``cnn`` (N(0, 0.1) prior), 10 classes;
+- ``mnist1d-cnn``: MNIST-1D generated from the ``mnist1d`` templates (4000 sequences of length 40), 1-D ``cnn``;
+- ``mnist1d-attention``: the same data as a sequence for the single-block ``attention`` model (N(0, 0.2) prior).
+
+Methods, all from the same ``K`` deep-ensemble members (AdamW, early stopping on the validation split):
+DE (the members), MILE (``K`` vectorized chains), SGLD and ICSGLD (minibatches of 32 through the ``"data"``
+plate; ICSGLD's samples importance-weighted), and BDE (NumPyro NUTS): a short measured segment on one
+chain whose time is projected to a full run (BDE's metrics are not reported from the segment).
+Metrics on the test split: accuracy, LPPD (= -NLL, nats per test point), ECE / MCE (15 bins).
+
+The budgets of the ``quick`` profile (the committed results) are far below the MILE paper's
+(50,000 tuning + 10,000 sampling steps, thinning 100); ``results.md`` projects the paper budget from
+the measured time per step. ``--profile paper`` runs the paper's budgets (hours on a 2-core CPU).
+
+Usage::
+
+    python benchmarks/classification.py                           # quick profile, writes docs/benchmarks/classification
+    python benchmarks/classification.py --tasks ionosphere --profile tiny --out /tmp/cls
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+from numpyro.infer import MCMC, NUTS
+from numpyro.infer.util import potential_energy
+
+import numpyro_mile
+from numpyro_mile import ICSGLD, MILE, SGLD, deep_ensemble, importance_weights, metrics
+from numpyro_mile.datasets import digits, ionosphere, mnist1d
+from numpyro_mile.experiments import evaluate_classification
+from numpyro_mile.models import attention, cnn, mlp_classification
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "benchmarks" / "classification"
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "uci"
+BATCH = 32
+PAPER = dict(mile=(50_000, 10_000, 100), bde=(1_000, 1_000))  # MILE (warmup, samples, thinning); NUTS per chain
+
+FIELDS = ["task", "model", "method", "params", "n_train", "accuracy", "lppd", "nll", "ece", "mce", "fit_s",
+          "sampler_s", "sampler_cpu_s", "grad_evals", "kept_samples", "budget", "s_per_step", "projected_paper_s",
+          "note"]
+
+
+class Task(NamedTuple):
+    name: str
+    model: object
+    kwargs: dict
+    loader: object
+
+
+def tasks(data_dir: str) -> dict[str, Task]:
+    return {
+        "ionosphere": Task("ionosphere", mlp_classification, dict(num_classes=2, hidden=(16, 16)),
+                           lambda seed: ionosphere(seed=seed, data_dir=data_dir)),
+        "digits": Task("digits", cnn, dict(num_classes=10, channels=(4, 8), kernel_size=3, hidden=(16,)),
+                       lambda seed: digits(seed=seed, images=True)),
+        "mnist1d-cnn": Task("mnist1d-cnn", cnn, dict(num_classes=10, channels=(4, 8), kernel_size=5, hidden=(16,)),
+                            lambda seed: mnist1d(seed=seed, channel_axis=True)),
+        "mnist1d-attention": Task("mnist1d-attention", attention,
+                                  dict(num_classes=10, d_model=8, num_heads=2, mlp_hidden=16, patch_size=4),
+                                  lambda seed: mnist1d(seed=seed, channel_axis=True)),
+    }
+
+
+#: per task: DE max epochs, MILE (warmup, samples, thinning), SG-MCMC (warmup, samples, thinning), BDE (warmup, samples)
+PROFILES = {
+    "tiny": {t: dict(de=5, mile=(100, 20, 2), sg=(50, 50, 5), bde=(0, 0)) for t in
+             ["ionosphere", "digits", "mnist1d-cnn", "mnist1d-attention"]},
+    "quick": {
+        "ionosphere": dict(de=500, mile=(2_000, 1_000, 100), sg=(2_000, 2_000, 100), bde=(10, 10)),
+        "digits": dict(de=200, mile=(300, 100, 10), sg=(1_000, 1_000, 100), bde=(0, 0)),
+        "mnist1d-cnn": dict(de=200, mile=(150, 50, 5), sg=(1_000, 1_000, 100), bde=(0, 0)),
+        "mnist1d-attention": dict(de=200, mile=(120, 40, 4), sg=(1_000, 1_000, 100), bde=(0, 0)),
+    },
+    "paper": {t: dict(de=500, mile=PAPER["mile"], sg=(50_000, 10_000, 100), bde=PAPER["bde"]) for t in
+              ["ionosphere", "digits", "mnist1d-cnn", "mnist1d-attention"]},
+}
+
+
+def machine() -> str:
+    cpu = platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores, JAX backend {jax.default_backend()}; Python {platform.python_version()}, "
+            f"jax {jax.__version__}, numpyro {numpyro.__version__}")
+
+
+class Clock:
+    """Wall and CPU (process) seconds of a block."""
+
+    def __enter__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def weighted_metrics(task: Task, samples: dict, weights: np.ndarray, X, y) -> dict:
+    """Classification metrics of the ``weights``-weighted posterior predictive (ICSGLD)."""
+    latent = {k: v for k, v in samples.items() if k not in ("logits", "y")}
+    logits = numpyro_mile.predict(task.model, latent, X, return_sites=["logits"], **task.kwargs)["logits"]
+    probs = np.einsum("s,snc->nc", weights, np.asarray(jax.nn.softmax(jnp.asarray(logits), -1), np.float64))
+    nll = metrics.nll(probs, y)
+    return dict(accuracy=metrics.accuracy(probs, y), lppd=-nll, nll=nll, ece=metrics.ece(probs, y, 15),
+                mce=metrics.mce(probs, y, 15))
+
+
+def num_params(samples: dict) -> int:
+    return int(sum(np.prod(v.shape[1:]) for v in samples.values()))
+
+
+def run_task(task: Task, budget: dict, *, seed: int, chains: int, methods: set[str], progress: bool) -> list[dict]:
+    (X, y), val, (X_test, y_test) = task.loader(seed)
+    kw = task.kwargs
+    rows = []
+    base = dict(task=task.name, model=task.model.__name__, n_train=len(y))
+
+    def row(method, result, **extra):
+        r = {**base, "method": method, **{k: result.get(k, float("nan")) for k in ("accuracy", "lppd", "nll", "ece",
+                                                                                   "mce")}, **extra}
+        rows.append(r)
+        print(f"  {task.name:18s} {method:7s} acc {r['accuracy']:.3f} lppd {r['lppd']:.3f} "
+              f"ece {r['ece']:.3f} sampler {r.get('sampler_s', 0):.1f}s", flush=True)
+
+    with Clock() as c:
+        de = deep_ensemble(task.model, jax.random.PRNGKey(seed), chains, X, y, validation=tuple(val),
+                           max_epochs=budget["de"], progress_bar=progress, **kw)
+    d = num_params(de.samples)
+    base["params"] = d
+    row("DE", evaluate_classification(task.model, de.samples, X_test, y_test, **kw), fit_s=c.wall, sampler_s=0.0,
+        sampler_cpu_s=0.0, grad_evals=0, kept_samples=chains, budget=f"max {budget['de']} epochs, "
+        f"{int(np.max(de.num_epochs))} run", note="")
+    fit_s = c.wall
+
+    if "mile" in methods:
+        w, s, thin = budget["mile"]
+        mcmc = MCMC(MILE(task.model), num_warmup=w, num_samples=s, thinning=thin, num_chains=chains,
+                    chain_method="vectorized", progress_bar=progress)
+        with Clock() as c:
+            mcmc.run(jax.random.PRNGKey(seed + 1), X, y, init_params=de.init_params, extra_fields=("num_nans",), **kw)
+            jax.block_until_ready(mcmc.get_samples())
+        samples = mcmc.get_samples()
+        nans = int(np.asarray(mcmc.get_extra_fields()["num_nans"]).max(initial=0))
+        per_step = c.wall / (w + s)
+        row("MILE", evaluate_classification(task.model, samples, X_test, y_test, **kw), fit_s=fit_s,
+            sampler_s=c.wall, sampler_cpu_s=c.cpu, grad_evals=MILE.num_grad_evals(w, s, chains),
+            kept_samples=len(next(iter(samples.values()))), budget=f"{w}+{s}/{thin}", s_per_step=per_step,
+            projected_paper_s=per_step * sum(PAPER["mile"][:2]), note=f"{nans} rejected steps" if nans else "")
+
+    n_train = len(y)
+    step_size = 0.05 / n_train  # SGD learning rate 0.05 on the mean loss
+    if "sgld" in methods:
+        w, s, thin = budget["sg"]
+        mcmc = MCMC(SGLD(task.model, step_size=step_size), num_warmup=w, num_samples=s, thinning=thin,
+                    num_chains=chains, chain_method="vectorized", progress_bar=progress)
+        with Clock() as c:
+            mcmc.run(jax.random.PRNGKey(seed + 2), X, y, subsample_size=min(BATCH, n_train),
+                     init_params=de.init_params, **kw)
+            jax.block_until_ready(mcmc.get_samples())
+        samples = mcmc.get_samples()
+        row("SGLD", evaluate_classification(task.model, samples, X_test, y_test, **kw), fit_s=fit_s,
+            sampler_s=c.wall, sampler_cpu_s=c.cpu, grad_evals=chains * (w + s + 1),
+            kept_samples=len(next(iter(samples.values()))), budget=f"{w}+{s}/{thin}, n={BATCH}, eps={step_size:.2g}",
+            s_per_step=c.wall / (w + s), projected_paper_s=c.wall / (w + s) * sum(PAPER["mile"][:2]),
+            note="gradient evals on minibatches")
+
+    if "icsgld" in methods:
+        w, s, thin = budget["sg"]
+        energies = np.array([float(potential_energy(task.model, (X, y), kw, jax.tree.map(lambda a: a[k],
+                                                                                         de.init_params)))
+                             for k in range(chains)])
+        # bins from just below the members' energies to well above them (SGLD at temperature 1 sits ~d/2 higher)
+        low, high = energies.min() - 0.25 * d, energies.max() + 2.0 * d
+        num_bins = 102
+        kernel = ICSGLD(task.model, step_size, zeta=1.0, num_bins=num_bins, bin_width=(high - low) / (num_bins - 2),
+                        min_energy=low, multiplier_clip=5.0)
+        mcmc = MCMC(kernel, num_warmup=w, num_samples=s, thinning=thin, num_chains=chains,
+                    chain_method="vectorized", progress_bar=progress)
+        with Clock() as c:
+            mcmc.run(jax.random.PRNGKey(seed + 3), X, y, subsample_size=min(BATCH, n_train),
+                     init_params=de.init_params, **kw)
+            jax.block_until_ready(mcmc.get_samples())
+        samples = mcmc.get_samples()
+        try:
+            weights = importance_weights(mcmc)
+            result, note = weighted_metrics(task, samples, weights, X_test, y_test), (
+                f"zeta=1, importance-weighted; effective sample size {1 / np.sum(weights ** 2):.0f}")
+        except ValueError as err:  # every sample in the overflow bin
+            result, note = evaluate_classification(task.model, samples, X_test, y_test, **kw), f"unweighted: {err}"
+        row("ICSGLD", result, fit_s=fit_s, sampler_s=c.wall, sampler_cpu_s=c.cpu, grad_evals=chains * (w + s + 1),
+            kept_samples=len(weights) if "importance" in note else len(next(iter(samples.values()))),
+            budget=f"{w}+{s}/{thin}, n={BATCH}, eps={step_size:.2g}", s_per_step=c.wall / (w + s),
+            projected_paper_s=c.wall / (w + s) * sum(PAPER["mile"][:2]), note=note)
+
+    if "bde" in methods:
+        w, s = budget["bde"]
+        member0 = jax.tree.map(lambda a: a[0], de.init_params)
+        # one chain's gradient, compiled, timed: the unit of NUTS's cost
+        grad = jax.jit(jax.value_and_grad(lambda z: potential_energy(task.model, (X, y), kw, z)))
+        jax.block_until_ready(grad(member0))
+        with Clock() as g:
+            for _ in range(10):
+                jax.block_until_ready(grad(member0))
+        grad_s = g.wall / 10
+        leapfrog, seg_s, seg_cpu, note = 1023.0, 0.0, 0.0, "tree depth 10 assumed (1023 leapfrog steps per iteration)"
+        if s > 0:  # a measured NUTS segment (BDE's settings: depth 10, target 0.8, diagonal mass) on member 0
+            nuts = MCMC(NUTS(task.model, max_tree_depth=10, target_accept_prob=0.8), num_warmup=w, num_samples=s,
+                        progress_bar=False)
+            with Clock() as c:
+                nuts.run(jax.random.PRNGKey(seed + 4), X, y, init_params=member0, extra_fields=("num_steps",), **kw)
+                jax.block_until_ready(nuts.get_samples())
+            leapfrog = float(np.mean(nuts.get_extra_fields()["num_steps"]))
+            seg_s, seg_cpu = c.wall, c.cpu
+            note = (f"segment: 1 chain, {w}+{s} NUTS iterations in {c.wall:.0f} s (compilation included), "
+                    f"mean {leapfrog:.0f} leapfrog steps per sampling iteration")
+        projected = grad_s * leapfrog * sum(PAPER["bde"]) * chains
+        row("BDE", {}, fit_s=fit_s, sampler_s=seg_s, sampler_cpu_s=seg_cpu,
+            grad_evals=int(leapfrog * sum(PAPER["bde"]) * chains), kept_samples=0,
+            budget=f"projection only: {chains} chains x {PAPER['bde'][0]}+{PAPER['bde'][1]} iterations, sequential",
+            s_per_step=grad_s * leapfrog, projected_paper_s=projected,
+            note=f"{grad_s * 1e3:.1f} ms per one-chain gradient; " + note)
+    return rows
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: (f"{r[k]:.6g}" if isinstance(r.get(k), float) else r.get(k, "")) for k in FIELDS})
+
+
+def read_csv(path: Path) -> list[dict]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def fmt(value, spec=".3f"):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return "–" if np.isnan(v) else format(v, spec)
+
+
+def hours(seconds) -> str:
+    try:
+        s = float(seconds)
+    except (TypeError, ValueError):
+        return ""
+    if np.isnan(s):
+        return ""
+    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
+
+
+def render(rows: list[dict], header: str) -> str:
+    lines = [header, "",
+             "| task | model (d) | method | accuracy | LPPD | NLL | ECE | MCE | sampler s (CPU s) | grad evals | "
+             "kept samples | budget | s/step | paper budget, projected | note |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['task']} | {r['model']} ({r['params']}) | {r['method']} | {fmt(r['accuracy'])} | {fmt(r['lppd'])} | "
+            f"{fmt(r['nll'])} | {fmt(r['ece'])} | {fmt(r['mce'])} | {fmt(r['sampler_s'], '.1f')} "
+            f"({fmt(r['sampler_cpu_s'], '.1f')}) | {int(float(r['grad_evals'] or 0)):,} | {r['kept_samples']} | "
+            f"{r['budget']} | {fmt(r['s_per_step'], '.3g')} | {hours(r['projected_paper_s'])} | {r['note']} |")
+    lines += ["", "MILE vs DE on each task (the issue's criterion: MILE's accuracy and LPPD at least the DE's):", ""]
+    for task in dict.fromkeys(r["task"] for r in rows):
+        by = {r["method"]: r for r in rows if r["task"] == task}
+        if "MILE" in by and "DE" in by:
+            da = float(by["MILE"]["accuracy"]) - float(by["DE"]["accuracy"])
+            dl = float(by["MILE"]["lppd"]) - float(by["DE"]["lppd"])
+            verdict = "yes" if da >= 0 and dl >= 0 else "no"
+            lines.append(f"- {task}: accuracy {da:+.3f}, LPPD {dl:+.3f} -> {verdict}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    task_names = list(dict.fromkeys(r["task"] for r in rows))
+    methods = [m for m in ["DE", "MILE", "SGLD", "ICSGLD"] if any(r["method"] == m for r in rows)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    width = 0.8 / max(len(methods), 1)
+    for ax, key, label in [(axes[0], "accuracy", "test accuracy"), (axes[1], "lppd", "test LPPD (nats / point)")]:
+        for j, m in enumerate(methods):
+            vals = [next((float(r[key]) for r in rows if r["task"] == t and r["method"] == m), np.nan)
+                    for t in task_names]
+            ax.bar(np.arange(len(task_names)) + j * width, vals, width, label=m)
+        ax.set_xticks(np.arange(len(task_names)) + width * (len(methods) - 1) / 2)
+        ax.set_xticklabels(task_names, rotation=15)
+        ax.set_ylabel(label)
+    axes[0].set_ylim(0.5, 1.0)
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tasks", nargs="+", default=["ionosphere", "digits", "mnist1d-cnn", "mnist1d-attention"])
+    p.add_argument("--methods", nargs="+", default=["mile", "sgld", "icsgld", "bde"])
+    p.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    p.add_argument("--chains", type=int, default=10)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--data", default=os.environ.get("NUMPYRO_MILE_DATA") or str(DEFAULT_DATA))
+    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    all_tasks = tasks(args.data)
+    unknown = set(args.tasks) - set(all_tasks)
+    if unknown:
+        print(f"unknown tasks {sorted(unknown)}; choose from {sorted(all_tasks)}", file=sys.stderr)
+        return 2
+    load_start, wall_start, cpu_start = os.getloadavg()[0], time.perf_counter(), time.process_time()
+    rows = []
+    for name in args.tasks:
+        print(f"{name}:", flush=True)
+        rows += run_task(all_tasks[name], PROFILES[args.profile][name], seed=args.seed, chains=args.chains,
+                         methods=set(args.methods), progress=args.progress)
+        write_csv(rows, out / "results.csv")
+    total_wall, total_cpu = time.perf_counter() - wall_start, time.process_time() - cpu_start
+    rows = read_csv(out / "results.csv")
+    cmd = " ".join(["python benchmarks/classification.py", *(argv if argv is not None else sys.argv[1:])])
+    header = "\n".join([
+        "# Classification: MILE vs DE, SGLD, ICSGLD and BDE on MLP, CNN and attention BNNs", "",
+        f"Generated by `{cmd.strip()}` (profile `{args.profile}`, seed {args.seed}, K = {args.chains} chains).", "",
+        f"Machine: {machine()}. Load average (1 min) {load_start:.1f} at the start and {os.getloadavg()[0]:.1f} at the "
+        f"end: the 2 cores were shared with other jobs, so wall times are inflated; CPU seconds (this process) are "
+        f"given beside them. Whole script: {total_wall / 60:.1f} min wall, {total_cpu / 60:.1f} min CPU.",
+    ])
+    (out / "results.md").write_text(render(rows, header))
+    plot(rows, out / "accuracy_lppd.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
