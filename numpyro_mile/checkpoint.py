@@ -269,6 +269,7 @@ def run_fingerprint(mcmc, model_args: tuple = (), model_kwargs: dict | None = No
     """
     kernel = mcmc.sampler
     chain_method = mcmc.chain_method if isinstance(mcmc.chain_method, str) else _qualname(mcmc.chain_method)
+    chain_method = "single" if mcmc.num_chains == 1 else chain_method  # irrelevant for one chain
     fingerprint = {
         "kernel": _qualname(type(kernel)),
         "kernel_settings": _kernel_settings(kernel),
@@ -430,6 +431,11 @@ def load_checkpoint(path: str | os.PathLike, *, mcmc=None, model_args: tuple | N
         ignore = ("data",) if unknown else ()
         saved = {k: v for k, v in ckpt.fingerprint.items() if k in now}
         check_fingerprint(saved, now, path, ignore=ignore)
+        if ckpt.metadata.get("kind") == "chunked" and ckpt.step is not None and ckpt.step < mcmc.num_warmup:
+            raise CheckpointError(
+                f"{path} was saved by run_chunked in the middle of warmup (step {ckpt.step} of {mcmc.num_warmup}); "
+                "MCMC.run would sample from it without finishing warmup. Resume it with run_chunked."
+            )
         mcmc.post_warmup_state = ckpt.state
     return ckpt
 

@@ -194,10 +194,13 @@ def two_d():
 def test_nuts_stopped_mid_warmup_resumes_and_saved_warmup_continues_mcmc(tmp_path):
     mcmc = lambda: MCMC(NUTS(two_d), num_warmup=40, num_samples=30, progress_bar=False)  # noqa: E731
     path = tmp_path / "nuts.ckpt"
-    part = run_chunked(mcmc(), jax.random.PRNGKey(1), checkpoint_path=path, chunk_size=15,
+    chunked = mcmc()  # resumed with the same object: the compiled chunk loop is reused
+    part = run_chunked(chunked, jax.random.PRNGKey(1), checkpoint_path=path, chunk_size=15,
                        callback=lambda p: p.step >= 15)
     assert part.step == 15
-    run = run_chunked(mcmc(), jax.random.PRNGKey(1), checkpoint_path=path, chunk_size=15)
+    with pytest.raises(CheckpointError, match="middle of warmup"):  # MCMC.run cannot finish a warmup
+        load_checkpoint(path, mcmc=mcmc())
+    run = run_chunked(chunked, jax.random.PRNGKey(1), checkpoint_path=path, chunk_size=15)
 
     # NumPyro's own continuation through a file: warmup, save, load into a new MCMC, run
     warm = mcmc()
