@@ -228,7 +228,12 @@ def main(argv=None) -> int:
         f"K = {args.chains} chains; deep ensembles of {args.epochs} epochs; MILE measured on {args.mile[0]}+"
         f"{args.mile[1]} steps and BDE on {args.bde[0]} warmup + {args.bde[1]} draws, both projected to the paper's "
         "budgets (MILE 50k + 10k steps; BDE 100 warmup + 1000 draws) as described in the script's docstring. "
-        "Wall seconds; the machine's load average is in the CSV.\n\n" + summarise(rows) + "\n![scaling](scaling.png)\n")
+        "Wall seconds; the machine's load average is in the CSV.\n\n"
+        "**Caveat.** With short measured budgets, compilation (`compile_seconds` in the CSV, from a separate "
+        "tiny run) is most of each measured time, and the projection multiplies the remainder by up to "
+        "60k / (W + S) for MILE and 1000 / S for BDE, so noise in the compile estimate (other jobs on the "
+        "machine) is amplified as much. Treat exponents and ratios from a loaded machine as rough; rerun with "
+        "larger `--mile` / `--bde` budgets on an idle machine (the CSV is resumable per point).\n\n" + summarise(rows) + "\n![scaling](scaling.png)\n")
     plot(rows, out / "scaling.png")
     print(summarise(rows))
     return 0
