@@ -49,8 +49,9 @@ def model(X, y=None):
 
 
 def main(num_chains: int = 4, num_warmup: int = 1_000, num_samples: int = 200, thinning: int = 2,
-         max_epochs: int = 200) -> dict[str, dict[str, float]]:
+         max_epochs: int = 200, max_rows: int | None = None) -> dict[str, dict[str, float]]:
     (X, y), _val, (X_test, y_test) = digits(seed=0, images=True)
+    X, y = X[:max_rows], y[:max_rows]  # max_rows=None: all 1257 training images
     kernel = MILE(model, ensemble_options=dict(max_epochs=max_epochs))
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, thinning=thinning,
                 num_chains=num_chains, chain_method="vectorized")
@@ -69,4 +70,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny budgets: checks that the example runs")
     args = parser.parse_args()
-    main(**(dict(num_chains=2, num_warmup=50, num_samples=10, thinning=1, max_epochs=2) if args.smoke else {}))
+    smoke = dict(num_chains=2, num_warmup=100, num_samples=10, thinning=1, max_epochs=2, max_rows=128)
+    main(**(smoke if args.smoke else {}))
