@@ -332,7 +332,7 @@ PRIOR_NOTE = """
 
 The DE members minimise the likelihood alone (the MILE reference's loss, no prior term); MILE, SGLD and
 ICSGLD sample the posterior under the model's prior. With the paper's tight priors (N(0, 0.1) for the CNN,
-N(0, 0.2) for attention; the paper trained on far larger data sets) and one to three thousand training rows,
+N(0, 0.2) for attention) and one to three thousand training rows,
 the prior pulls the chains away from the members' weights, and the short runs score below the members. The
 runs below repeat MILE with another prior scale on the same data, split and DE members (`--prior-scale`; DE
 is unchanged because it ignores the prior); where MILE then matches or beats DE, the gap above comes from
