@@ -36,6 +36,8 @@ import time
 from datetime import date
 from pathlib import Path
 
+from _machine import cpu_model  # benchmarks/ is on sys.path when a script runs
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,14 +87,7 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def machine_info() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     device = jax.devices()[0]
     return (f"{cpu}, {os.cpu_count()} cores; JAX backend {jax.default_backend()} ({device.device_kind}); "
             f"Python {platform.python_version()}, jax {jax.__version__}, numpyro {numpyro.__version__}")

@@ -33,6 +33,8 @@ import platform
 import sys
 import time
 from pathlib import Path
+
+from _machine import cpu_model  # benchmarks/ is on sys.path when a script runs
 from typing import NamedTuple
 
 import jax
@@ -96,14 +98,7 @@ PROFILES = {
 
 
 def machine() -> str:
-    cpu = platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     return (f"{cpu}, {os.cpu_count()} cores, JAX backend {jax.default_backend()}; Python {platform.python_version()}, "
             f"jax {jax.__version__}, numpyro {numpyro.__version__}")
 

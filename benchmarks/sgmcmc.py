@@ -33,6 +33,8 @@ import time
 from datetime import date
 from pathlib import Path
 
+from _machine import cpu_model  # benchmarks/ is on sys.path when a script runs
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,14 +61,7 @@ def parse_args(argv=None):
 
 
 def machine_info() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     device = jax.devices()[0]
     return (f"{cpu}, {os.cpu_count()} cores ({usable} usable); JAX backend {jax.default_backend()} "
