@@ -56,8 +56,17 @@ def bde(
                     num_samples=num_samples, thinning=thinning, max_tree_depth=max_tree_depth,
                     target_accept_prob=target_accept_prob, dense_mass=dense_mass, chain_method=chain_method,
                     progress_bar=progress_bar)
-    mcmc.run(rng_key, *model_args, init_params=init_params, extra_fields=extra_fields, **model_kwargs)
+    mcmc.run(rng_key, *model_args, init_params=chain_init_params(init_params), extra_fields=extra_fields,
+             **model_kwargs)
     return mcmc
+
+
+def chain_init_params(init_params: dict) -> dict:
+    """Member-stacked parameters as :meth:`MCMC.run` expects them: NumPyro reads a single chain's
+    ``init_params`` without the chain axis, so one member loses its leading axis of size 1."""
+    if int(jax.tree.leaves(init_params)[0].shape[0]) == 1:
+        return jax.tree.map(lambda x: x[0], init_params)
+    return init_params
 
 
 def bde_mcmc(model: Callable, num_chains: int, *, num_warmup: int = 1000, num_samples: int = 1000, thinning: int = 1,

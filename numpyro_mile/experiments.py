@@ -16,7 +16,7 @@ from numpyro.infer import MCMC, Predictive
 from numpyro.infer.util import log_likelihood
 
 from . import metrics
-from .baselines import bde, bde_mcmc
+from .baselines import bde, bde_mcmc, chain_init_params
 from .diagnostics import chainwise_rhat, ess
 from .ensemble import DeepEnsemble
 from .kernels import MILE
@@ -36,8 +36,9 @@ class MethodResult(NamedTuple):
     :ivar cpu_seconds: process CPU seconds (all threads) of the timed run; less sensitive than
         ``seconds`` to other jobs on a shared machine.
     :ivar warmup_seconds: wall seconds of the warmup part of ``seconds`` (BDE; NaN where not split).
-    :ivar projected_seconds: ``seconds`` projected to ``projected_samples`` draws: warmup time plus the
-        measured time per draw times ``projected_samples`` (equal to ``seconds`` when not projected).
+    :ivar projected_seconds: ``seconds`` projected to a larger budget from the measured cost per step
+        (MILE) or per warmup iteration and per draw (BDE); see :func:`run_mile` and :func:`run_bde`.
+        Equal to ``seconds`` when not projected.
     """
 
     method: str
@@ -124,11 +125,14 @@ def run_de(model, ensemble: DeepEnsemble, X_test, y_test, **model_kwargs) -> Met
 
 def run_mile(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, num_warmup: int, num_samples: int,
              thinning: int = 1, progress_bar: bool = False, kernel_options: dict | None = None,
-             **model_kwargs) -> MethodResult:
+             projected_steps: int | None = None, **model_kwargs) -> MethodResult:
     """MILE from the ensemble's members (vectorized chains).
 
     ``seconds`` is the wall time of the run (start-up and compilation included);
     ``compile_seconds`` the wall time of a 20-step run with the same shapes, i.e. mostly compilation.
+    Every MILE step costs the same (two gradient evaluations per chain), so with ``projected_steps``
+    (e.g. the paper's 60_000) the time of that many steps is projected linearly:
+    ``compile + (seconds - compile) * projected_steps / (num_warmup + num_samples)``.
     """
     num_chains = int(jax.tree.leaves(ensemble.init_params)[0].shape[0])
     options = kernel_options or {}
@@ -146,20 +150,28 @@ def run_mile(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, n
     ess_mean, crhat = _mixing(warm.get_samples(group_by_chain=True))
     nans = int(np.asarray(warm.get_extra_fields(group_by_chain=True)["num_nans"])[:, -1].sum())
     grads = MILE.num_grad_evals(num_warmup, num_samples, num_chains)
+    projected = seconds
+    if projected_steps is not None:
+        net = max(seconds - compile_seconds, 0.0)
+        projected = min(seconds, compile_seconds) + net * projected_steps / (num_warmup + num_samples)
     return MethodResult("MILE", rmse, lppd, seconds, compile_seconds, grads, ess_mean, crhat, nans,
-                        cpu_seconds=cpu_seconds, projected_seconds=seconds)
+                        cpu_seconds=cpu_seconds, projected_seconds=projected)
 
 
 def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, num_warmup: int, num_samples: int,
             thinning: int = 1, chain_method: str = "sequential", progress_bar: bool = False, label: str = "BDE",
-            projected_samples: int | None = None, **model_kwargs) -> MethodResult:
+            projected_samples: int | None = None, projected_warmup: int | None = None,
+            projected_chains: int | None = None, **model_kwargs) -> MethodResult:
     """BDE (NUTS from the members); times measured as for :func:`run_mile`.
 
-    Warmup and sampling are timed separately (``mcmc.warmup`` then ``mcmc.run``), so that a run
-    with few draws projects the time of ``projected_samples`` draws (e.g. the paper's 1000):
-    ``seconds + net_sampling * (projected_samples / num_samples - 1)``, where ``net_sampling`` is the
-    sampling run's time less ``compile_seconds`` (NumPyro compiles each run). After warmup the
-    tree sizes are stationary, so the time per draw is too, up to Monte Carlo noise.
+    Warmup and sampling are timed separately (``mcmc.warmup`` then ``mcmc.run``), so that a short
+    run projects the time of a longer one (e.g. the paper's 100 or 1000 warmup + 1000 draws): each
+    part less one ``compile_seconds`` (NumPyro compiles each run) scales with its length,
+    ``projected_samples / num_samples`` for the draws and ``projected_warmup / num_warmup`` for the
+    warmup, and both with ``projected_chains / num_chains`` (sequential chains cost the same each).
+    After warmup the tree sizes are stationary, so the time per draw is too, up to Monte Carlo
+    noise; warmup iterations cost more than draws (smaller steps while adapting), so projecting a
+    short warmup is rougher. With no projection arguments ``projected_seconds == seconds``.
     """
 
     def go(nw, ns):
@@ -171,7 +183,7 @@ def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, nu
     mcmc = bde_mcmc(model, int(jax.tree.leaves(ensemble.init_params)[0].shape[0]), num_warmup=num_warmup,
                     num_samples=num_samples, thinning=thinning, chain_method=chain_method, progress_bar=progress_bar)
     start, cpu_start = time.perf_counter(), time.process_time()
-    mcmc.warmup(rng_key, *train, init_params=ensemble.init_params, **model_kwargs)
+    mcmc.warmup(rng_key, *train, init_params=chain_init_params(ensemble.init_params), **model_kwargs)
     jax.block_until_ready(mcmc.post_warmup_state)
     warmup_seconds = time.perf_counter() - start
     mcmc.run(mcmc.post_warmup_state.rng_key, *train, extra_fields=("num_steps", "diverging"), **model_kwargs)
@@ -184,8 +196,13 @@ def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, nu
     steps = np.asarray(fields["num_steps"])
     grads = int(steps.sum() * thinning * (num_warmup + num_samples) / max(num_samples, 1))
     # the sampling run compiles again (about compile_seconds): only its net time scales with draws
+    num_chains = int(jax.tree.leaves(ensemble.init_params)[0].shape[0])
+    chain_factor = (projected_chains or num_chains) / num_chains
     net_sampling = max(seconds - warmup_seconds - compile_seconds, 0.0)
-    projected = seconds + net_sampling * ((projected_samples or num_samples) / max(num_samples, 1) - 1)
+    net_warmup = max(warmup_seconds - compile_seconds, 0.0)
+    projected = (seconds - net_sampling - net_warmup
+                 + net_warmup * chain_factor * (projected_warmup or num_warmup) / max(num_warmup, 1)
+                 + net_sampling * chain_factor * (projected_samples or num_samples) / max(num_samples, 1))
     return MethodResult(label, rmse, lppd, seconds, compile_seconds, grads, ess_mean, crhat,
                         int(np.sum(fields["diverging"])), cpu_seconds=cpu_seconds, warmup_seconds=warmup_seconds,
                         projected_seconds=projected)

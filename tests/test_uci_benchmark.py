@@ -28,6 +28,18 @@ def test_tiny_run_schema_and_resume(tmp_path):
     assert list(rows[0]) == uci.FIELDS
     assert [r["method"] for r in rows] == ["DE", "MILE", "BDE-w5-sequential"]
     assert all(float(r["rmse"]) > 0 for r in rows)
+    # projections to the profile's larger budgets: MILE linear in steps (100 + 20 -> 1200), BDE run on one
+    # of the two members, projected to both chains and to 10 + 10 iterations (each part less one compile)
+    mile, bde = rows[1], rows[2]
+    seconds, compile_s = float(mile["sampler_seconds"]), float(mile["compile_seconds"])
+    assert float(mile["projected_seconds"]) == pytest.approx(
+        min(seconds, compile_s) + max(seconds - compile_s, 0) * 10, abs=2e-3)
+    assert "(projected to 1200 steps)" in mile["budget"]
+    assert bde["budget"] == "5+5 on 1 of 2 chains (projected to 2 chains x 10+10)"
+    seconds, compile_s = float(bde["sampler_seconds"]), float(bde["compile_seconds"])
+    warm = float(bde["bde_warmup_seconds"])
+    net_w, net_s = max(warm - compile_s, 0), max(seconds - warm - compile_s, 0)
+    assert float(bde["projected_seconds"]) == pytest.approx(seconds + 3 * (net_w + net_s), abs=2e-3)
     assert (out / "results.md").read_text().count("| yacht |") == 3 + 1  # three methods, one targets row
     assert (out / "lppd_vs_time.png").exists()
     # resume: a second call finds every run done and adds nothing
