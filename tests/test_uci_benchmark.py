@@ -62,3 +62,11 @@ def test_scaling_exponent_fit_and_table():
     table = scaling.summarise(rows)
     assert "MILE: projected time ~ d^1.00" in table and "BDE: projected time ~ d^1.00" in table
     assert table.count("| 20.0 |") == 4  # BDE / MILE ratio on every row
+
+
+def test_time_target_uses_wall_time_only_on_an_idle_machine():
+    row = lambda load: {"loadavg": load, "machine": "x86_64 2 cores cpu"}  # noqa: E731
+    assert uci.idle([row("1.4"), row("2.5")]) and not uci.idle([row("1.4"), row("2.6")]) and not uci.idle([row("")])
+    assert uci.time_target(6.0, 4.0, [row("1.5")]) == "yes (wall, idle machine)"
+    assert uci.time_target(6.0, 4.0, [row("1.5"), row("9.0")]) == "**no** (CPU, loaded machine)"
+    assert uci.time_target(4.0, float("nan"), [row("9.0")]) == "**no** (wall; no CPU time)"
