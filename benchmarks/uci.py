@@ -8,7 +8,8 @@ Usage::
     python benchmarks/uci.py --profile large --out docs/benchmarks/uci_large   # bikesharing, protein: projected
     python benchmarks/uci.py --datasets airfoil --seeds 1 2 3 --out docs/benchmarks/uci
 
-One CSV row per (dataset, seed, method); rows already in the CSV are skipped (resumable). Then a
+One CSV row per (dataset, seed, method); rows already in the CSV are skipped (resumable). Each
+(dataset, seed) runs in a fresh Python process, so one crash loses one run, not the batch. Then a
 markdown table (mean ± sd over seeds) and a plot of LPPD vs sampler time are written next to it.
 Data: ``--data DIR`` or ``$NUMPYRO_MILE_DATA`` or ``../shared/data/uci`` (see numpyro_mile.datasets).
 Standardisation: features and target with training-split statistics (``--stats full`` for the
@@ -22,6 +23,7 @@ import csv
 import os
 import platform
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -297,6 +299,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "uci"), help="output folder")
     parser.add_argument("--render-only", action="store_true",
                         help="only rewrite results.md and the plot from the CSV (e.g. while a run is going on)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one (dataset, seed), in-process
     args = parser.parse_args(argv)
     profile = dict(PROFILES[args.profile or ("quick" if args.quick else "full")])
     if args.datasets:
@@ -318,11 +321,24 @@ def main(argv=None) -> int:
         return 2
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "results.csv"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if args.child:
+        for dataset in profile["datasets"]:
+            for seed in profile["seeds"]:
+                run_one(dataset, seed, profile, args, csv_path, done_keys(csv_path))
+        return 0
+    # one fresh process per (dataset, seed): a long process accumulates JAX/LLVM code mappings until LLVM
+    # fails ("Cannot allocate memory") after a few dozen compiles; a failed run is reported and the rest go on
+    failed = []
     for dataset in profile["datasets"]:
         for seed in profile["seeds"]:
-            run_one(dataset, seed, profile, args, csv_path, done_keys(csv_path))
-    render(out, args, "python benchmarks/uci.py " + " ".join(argv if argv is not None else sys.argv[1:]), profile)
-    return 0
+            child = [sys.executable, str(Path(__file__).resolve()), *argv, "--datasets", dataset, "--seeds", str(seed),
+                     "--child"]
+            if subprocess.run(child).returncode != 0:
+                failed.append(f"{dataset} seed {seed}")
+                print(f"[{dataset} seed {seed}] failed (see above); rerun to resume", file=sys.stderr)
+    render(out, args, "python benchmarks/uci.py " + " ".join(argv), profile)
+    return 1 if failed else 0
 
 
 def render(out: Path, args, command: str, profile: dict) -> None:

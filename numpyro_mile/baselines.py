@@ -62,7 +62,7 @@ def bde(
 
 
 def chain_init_params(init_params: dict) -> dict:
-    """Member-stacked parameters as :meth:`MCMC.run` expects them: NumPyro reads a single chain's
+    """Member-stacked parameters as ``MCMC.run`` expects them: NumPyro reads a single chain's
     ``init_params`` without the chain axis, so one member loses its leading axis of size 1."""
     if int(jax.tree.leaves(init_params)[0].shape[0]) == 1:
         return jax.tree.map(lambda x: x[0], init_params)
