@@ -249,12 +249,13 @@ def summarise(csv_path: Path) -> str:
     for r in rows:
         groups.setdefault((r["dataset"], r["method"]), []).append(r)
 
-    lines = ["| dataset | method | seeds | RMSE | LPPD | DE s | sampler s | sampler CPU s | projected s | "
+    lines = ["| dataset | method | budget | seeds | RMSE | LPPD | DE s | sampler s | sampler CPU s | projected s | "
              "grad evals | ESS/chain | cR-hat | NaN/div |",
-             "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (dataset, method), rs in sorted(groups.items()):
+        budget = "; ".join(sorted({r.get("budget", "") for r in rs}))
         lines.append(
-            f"| {dataset} | {method} | {len(rs)} | {_ms(_values(rs, 'rmse'), '.3f')} | "
+            f"| {dataset} | {method} | {budget} | {len(rs)} | {_ms(_values(rs, 'rmse'), '.3f')} | "
             f"{_ms(_values(rs, 'lppd'), '.3f')} | {_ms(_values(rs, 'de_seconds'), '.1f')} | "
             f"{_ms(_values(rs, 'sampler_seconds'), '.1f')} | {_ms(_values(rs, 'sampler_cpu_seconds'), '.1f')} | "
             f"{_ms(_values(rs, 'projected_seconds'), '.1f') if method != 'DE' else ''} | "
@@ -355,7 +356,10 @@ def render(out: Path, args, command: str, profile: dict) -> None:
         "compilation; `compile s` in the CSV is a tiny run with the same shapes. Each row's load average is in "
         "the CSV: on a shared machine compare CPU seconds rather than wall seconds. The >= 5 time target is checked on "
         "wall time when every row compared ran on an idle machine (load average <= cores + 0.5), else on CPU time; "
-        "MILE's vectorized chains keep two cores busy (more CPU than wall seconds), sequential NUTS about one.\n"
+        "MILE's vectorized chains keep two cores busy (more CPU than wall seconds), sequential NUTS about one. "
+        "A budget marked 'projected' was run short: RMSE, LPPD, ESS and cR-hat are the short run's, and only its "
+        "time is projected to the stated budget from the measured cost per step (MILE) or per warmup iteration "
+        "and per draw (BDE; see numpyro_mile.experiments.run_bde).\n"
         + (f"\nNot run yet (the run is resumable): {', '.join(missing)}.\n" if missing else "")
         + "\n" + table + "\n\n![LPPD vs sampler time](lppd_vs_time.png)\n")
     plot(csv_path, out / "lppd_vs_time.png")
