@@ -179,8 +179,9 @@ def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, nu
                    thinning=thinning, chain_method=chain_method, progress_bar=progress_bar,
                    extra_fields=("num_steps", "diverging"), **model_kwargs)
 
+    num_chains = int(jax.tree.leaves(ensemble.init_params)[0].shape[0])
     _, compile_seconds = _wall(lambda: go(2, thinning))
-    mcmc = bde_mcmc(model, int(jax.tree.leaves(ensemble.init_params)[0].shape[0]), num_warmup=num_warmup,
+    mcmc = bde_mcmc(model, num_chains, num_warmup=num_warmup,
                     num_samples=num_samples, thinning=thinning, chain_method=chain_method, progress_bar=progress_bar)
     start, cpu_start = time.perf_counter(), time.process_time()
     mcmc.warmup(rng_key, *train, init_params=chain_init_params(ensemble.init_params), **model_kwargs)
@@ -196,7 +197,6 @@ def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, nu
     steps = np.asarray(fields["num_steps"])
     grads = int(steps.sum() * thinning * (num_warmup + num_samples) / max(num_samples, 1))
     # the sampling run compiles again (about compile_seconds): only its net time scales with draws
-    num_chains = int(jax.tree.leaves(ensemble.init_params)[0].shape[0])
     chain_factor = (projected_chains or num_chains) / num_chains
     net_sampling = max(seconds - warmup_seconds - compile_seconds, 0.0)
     net_warmup = max(warmup_seconds - compile_seconds, 0.0)
