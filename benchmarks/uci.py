@@ -34,7 +34,17 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 FIELDS = ["dataset", "seed", "method", "rmse", "lppd", "de_seconds", "sampler_seconds", "compile_seconds",
           "grad_evals", "ess", "crhat", "num_nans", "num_chains", "budget", "stats", "versions", "machine",
-          "sampler_cpu_seconds", "bde_warmup_seconds", "projected_seconds", "loadavg"]
+          "sampler_cpu_seconds", "bde_warmup_seconds", "projected_seconds", "loadavg", "crhat_method"]
+# definitions of the cR-hat column (numpyro_mile.diagnostics.chainwise_rhat's `method`); rows written before the
+# crhat_method column existed were measured with ArviZ's variant
+CRHAT_LABELS = {"arviz_rank": "ArviZ rank variant", "mile": "MILE reference"}
+CRHAT_NOTES = {
+    "arviz_rank": "ArviZ's rank-normalised split R-hat of each chain's 4 pieces, as cR-hat was computed before it "
+                  "followed the MILE reference code (`chainwise_rhat(method=\"arviz_rank\")`; it also halves and "
+                  "folds the pieces, so it usually reads higher than the MILE reference definition)",
+    "mile": "as the MILE reference code computes it: each chain rank-normalised, cut into 4 pieces, "
+            "sqrt(((m-1)/m W + B) / W), mean over chains (`chainwise_rhat(method=\"mile\")`)",
+}
 
 PROFILES = {
     # the paper: K = 12, MILE 50k warmup + 10k samples thinned by 10; BDE 1000 samples (100 / 1000 warmup)
@@ -142,7 +152,8 @@ def run_one(dataset: str, seed: int, profile: dict, args, csv_path: Path, done: 
                "compile_seconds": round(result.compile_seconds, 3), "budget": budget,
                "sampler_cpu_seconds": finite(result.cpu_seconds), "bde_warmup_seconds": finite(result.warmup_seconds),
                "projected_seconds": finite(result.projected_seconds),
-               "loadavg": f"{os.getloadavg()[0]:.1f}"}
+               "loadavg": f"{os.getloadavg()[0]:.1f}",
+               "crhat_method": "mile"}  # experiments._mixing: chainwise_rhat(method="mile")
         append_row(csv_path, row)
         print(f"[{dataset} seed {seed}] {result.method}: RMSE {result.rmse:.3f} LPPD {result.lppd:.3f} "
               f"time {result.seconds:.1f} s", file=sys.stderr)
@@ -241,6 +252,12 @@ def time_target(wall: float, cpu: float, rows: list[dict]) -> str:
     return ("yes" if cpu >= 5 else "**no**") + " (CPU, loaded machine)"
 
 
+def crhat_methods(rows: list[dict]) -> list[str]:
+    """The cR-hat definitions of the rows with a cR-hat value; a row without ``crhat_method`` (written before the
+    column existed) used ArviZ's rank variant."""
+    return sorted({r.get("crhat_method") or "arviz_rank" for r in rows if np.isfinite(_values([r], "crhat")[0])})
+
+
 def summarise(csv_path: Path) -> str:
     """Markdown tables: mean ± sd over seeds per dataset and method, then the paper's targets."""
     with csv_path.open() as f:
@@ -249,8 +266,18 @@ def summarise(csv_path: Path) -> str:
     for r in rows:
         groups.setdefault((r["dataset"], r["method"]), []).append(r)
 
+    # which cR-hat definition the numbers used: in the header when all rows agree, else on every cell
+    used = crhat_methods(rows)
+    crhat_header = f"cR-hat ({CRHAT_LABELS[used[0]]})" if len(used) == 1 else "cR-hat"
+
+    def crhat_label(rs: list[dict]) -> str:
+        methods = crhat_methods(rs)
+        if len(used) < 2 or not methods:
+            return ""
+        return f" ({CRHAT_LABELS[methods[0]]})" if len(methods) == 1 else " (mixed definitions)"
+
     lines = ["| dataset | method | budget | seeds | RMSE | LPPD | DE s | sampler s | sampler CPU s | projected s | "
-             "grad evals | ESS/chain | cR-hat | NaN/div |",
+             f"grad evals | ESS/chain | {crhat_header} | NaN/div |",
              "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (dataset, method), rs in sorted(groups.items()):
         budget = "; ".join(sorted({r.get("budget", "") for r in rs}))
@@ -260,9 +287,11 @@ def summarise(csv_path: Path) -> str:
             f"{_ms(_values(rs, 'sampler_seconds'), '.1f')} | {_ms(_values(rs, 'sampler_cpu_seconds'), '.1f')} | "
             f"{_ms(_values(rs, 'projected_seconds'), '.1f') if method != 'DE' else ''} | "
             f"{np.mean([int(r['grad_evals']) for r in rs]):,.0f} | "
-            f"{_ms(_values(rs, 'ess'), '.1f')} | {_ms(_values(rs, 'crhat'), '.3f')} | "
+            f"{_ms(_values(rs, 'ess'), '.1f')} | {_ms(_values(rs, 'crhat'), '.3f')}{crhat_label(rs)} | "
             f"{sum(int(r['num_nans']) for r in rs)} |")
-    return "\n".join(lines + ["", "Targets (the MILE paper's claims; times = projected to the full budget where a shorter one was measured):", ""]
+    notes = [f"cR-hat ({CRHAT_LABELS[m]}): {CRHAT_NOTES[m]}." for m in used]
+    return "\n".join(lines + [line for note in notes for line in ("", note)]
+                     + ["", "Targets (the MILE paper's claims; times = projected to the full budget where a shorter one was measured):", ""]
                      + targets(groups))
 
 

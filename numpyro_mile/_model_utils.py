@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
+from numpyro.infer.initialization import init_to_uniform
 
 #: name of the plate that holds the observations in this package's models
 DATA_PLATE = "data"
@@ -25,10 +26,19 @@ class PlateInfo(NamedTuple):
     subsample_size: int | None
 
 
-def trace_model(model: Callable, model_args: tuple, model_kwargs: dict, rng_key=None) -> dict:
-    """One execution trace of ``model`` (priors sampled with ``rng_key``)."""
+def trace_model(model: Callable, model_args: tuple, model_kwargs: dict, rng_key=None,
+                init_strategy: Callable = init_to_uniform) -> dict:
+    """One execution trace of ``model`` for its structure (sites, plates, shapes, supports).
+
+    As NumPyro's own kernels do, no latent site is sampled from its distribution: every latent
+    value comes from ``init_strategy`` (default :func:`~numpyro.infer.initialization.init_to_uniform`,
+    uniform in ``(-2, 2)`` in unconstrained space), so improper sites (``ImproperUniform``) and
+    distributions without a sampler trace as well as any other. ``rng_key`` seeds the init
+    strategy and anything else the model draws (e.g. a plate's subsample indices).
+    """
     rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
-    return handlers.trace(handlers.seed(model, rng_key)).get_trace(*model_args, **model_kwargs)
+    seeded = handlers.substitute(handlers.seed(model, rng_key), substitute_fn=init_strategy)
+    return handlers.trace(seeded).get_trace(*model_args, **model_kwargs)
 
 
 def latent_sites(trace: dict) -> dict:
@@ -41,6 +51,14 @@ def latent_sites(trace: dict) -> dict:
     }
 
 
+def unconstrained_shapes(trace: dict) -> dict[str, tuple[int, ...]]:
+    """Shape of every latent site in unconstrained space (e.g. ``(K - 1,)`` for a ``Dirichlet`` of size ``K``)."""
+    return {
+        name: tuple(jnp.shape(biject_to(site["fn"].support).inv(site["value"])))
+        for name, site in latent_sites(trace).items()
+    }
+
+
 def plates(trace: dict) -> dict[str, PlateInfo]:
     """The plates of a trace by name."""
     out = {}
@@ -49,6 +67,27 @@ def plates(trace: dict) -> dict[str, PlateInfo]:
             size, subsample_size = site["args"]
             out[name] = PlateInfo(name, int(size), None if subsample_size is None else int(subsample_size))
     return out
+
+
+def observation_plate(trace: dict, preferred: str = DATA_PLATE) -> PlateInfo | None:
+    """The plate that holds the observations, or ``None``.
+
+    The plate named ``preferred`` when the model has one; otherwise the plate shared by every
+    observed sample site, when there is exactly one such plate; otherwise ``None`` (no observed
+    site, e.g. a ``numpyro.factor`` target, or observations in no plate or in several;
+    ``numpyro.factor`` sites are not observations here).
+    """
+    found = plates(trace)
+    if preferred in found:
+        return found[preferred]
+    common = None
+    for site in trace.values():
+        if site["type"] == "sample" and site["is_observed"] and not site.get("infer", {}).get("is_auxiliary"):
+            names = {frame.name for frame in site.get("cond_indep_stack", ())}
+            common = names if common is None else common & names
+    if common is None or len(common) != 1:
+        return None
+    return found.get(common.pop())
 
 
 def check_continuous(trace: dict, kernel_name: str) -> None:

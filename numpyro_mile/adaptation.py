@@ -3,11 +3,14 @@
 Phases over ``num_warmup`` steps (default split 0.8 / 0.1 / 0.1):
 
 I.   adapt the step size from each step's energy change towards a target energy variance per
-     dimension that falls linearly (default 0.5 -> 0.1) over Phases I+II;
+     dimension that falls (default 0.5 -> 0.1) over Phases I+II: linearly, or exponentially
+     ``start e^(-i/tau) + end (1 - e^(-i/tau))`` with ``tau = (n1 + n2 + 1) / 4`` (the MILE
+     reference's choice when the start is above 2);
 II.  keep adapting; accumulate step-size-weighted means and variances of the position; at the
      end set ``L = sqrt(sum of variances)``;
 III. fixed step size and L; store (a thinned, coordinate-subsampled copy of) the positions; at
-     the end set ``L = L_factor * step_size * mean_i(n3 / ESS_i)``.
+     the end set ``L = L_factor * step_size * mean_i(n3 / ESS_i)`` over the coordinates whose ESS
+     is finite and positive (the Phase II L stays when there is none).
 
 The step-size predictor is the one of Robnik et al. (MCLMC) used by MILE:
 ``xi = dE^2 / (d * target) + 1e-8``, ``w = exp(-0.5 * (log xi / (6 * trust))^2)``,
@@ -35,6 +38,7 @@ class Schedule(NamedTuple):
     num_stored: int
     target_start: float
     target_end: float
+    exponential: bool
     n_eff: float
     trust: float
     L_factor: float
@@ -67,18 +71,33 @@ class AdaptationState(NamedTuple):
 
 MIN_PHASE3 = 10
 
+#: ways the target energy variance goes from start to end over Phases I+II
+TARGET_SCHEDULES = ("auto", "linear", "exponential")
+
+#: ``target_schedule="auto"`` is exponential above this starting target (the MILE reference's rule)
+EXPONENTIAL_ABOVE = 2.0
+
 
 def make_schedule(
     num_warmup: int,
     *,
     phase_split=(0.8, 0.1, 0.1),
     target_energy_variance=(0.5, 0.1),
+    target_schedule: str = "auto",
     n_eff: float = 100.0,
     trust: float = 1.5,
     L_factor: float = 0.4,
-    max_stored_samples: int = 1000,
+    max_stored_samples: int = 10_000,
 ) -> Schedule:
-    """Phase lengths and settings for ``num_warmup`` tuning steps; raises when they are too few."""
+    """Phase lengths and settings for ``num_warmup`` tuning steps; raises when they are too few.
+
+    ``target_schedule``: ``"linear"``, ``"exponential"`` or ``"auto"`` (exponential when the
+    starting target is above :data:`EXPONENTIAL_ABOVE`, as the MILE reference code does).
+    """
+    if target_schedule not in TARGET_SCHEDULES:
+        raise ValueError(f"target_schedule must be one of {TARGET_SCHEDULES}, got {target_schedule!r}.")
+    if int(max_stored_samples) < 1:
+        raise ValueError(f"max_stored_samples must be at least 1, got {max_stored_samples}.")
     if len(phase_split) != 3 or min(phase_split) < 0 or abs(sum(phase_split) - 1.0) > 1e-6:
         raise ValueError(f"phase_split must be three non-negative fractions summing to 1, got {phase_split}.")
     n1 = int(round(phase_split[0] * num_warmup))
@@ -92,8 +111,10 @@ def make_schedule(
             f"{MIN_PHASE3} steps. Use num_warmup >= {max(need, 20)} (the MILE paper uses 50,000)."
         )
     thin3 = max(1, math.ceil(n3 / max_stored_samples))
-    return Schedule(n1, n2, n3, thin3, math.ceil(n3 / thin3), float(target_energy_variance[0]),
-                    float(target_energy_variance[1]), float(n_eff), float(trust), float(L_factor))
+    start, end = float(target_energy_variance[0]), float(target_energy_variance[1])
+    exponential = target_schedule == "exponential" or (target_schedule == "auto" and start > EXPONENTIAL_ABOVE)
+    return Schedule(n1, n2, n3, thin3, math.ceil(n3 / thin3), start, end, exponential, float(n_eff), float(trust),
+                    float(L_factor))
 
 
 def init(dim_stored: int, dim: int, schedule: Schedule) -> AdaptationState:
@@ -104,7 +125,16 @@ def init(dim_stored: int, dim: int, schedule: Schedule) -> AdaptationState:
 
 
 def target_energy_variance(i, schedule: Schedule) -> jax.Array:
-    """Target energy variance per dimension at step ``i``: linear over Phases I+II, then constant."""
+    """Target energy variance per dimension at step ``i`` (from 0) of Phases I+II.
+
+    Linear: from ``start`` at ``i = 0`` to ``end`` at the last step of Phase II, then constant.
+    Exponential: ``start e^(-i/tau) + end (1 - e^(-i/tau))``, ``tau = (n1 + n2 + 1) / 4``
+    (``e^-4``, 2% of the way, is left at the end of Phase II).
+    """
+    if schedule.exponential:
+        tau = (schedule.num_phase1 + schedule.num_phase2 + 1) / 4.0
+        decay = jnp.exp(-jnp.asarray(i, jnp.float32) / tau)
+        return schedule.target_start * decay + schedule.target_end * (1.0 - decay)
     span = max(schedule.num_phase1 + schedule.num_phase2 - 1, 1)
     frac = jnp.clip(i / span, 0.0, 1.0)
     return schedule.target_start + (schedule.target_end - schedule.target_start) * frac
@@ -148,7 +178,17 @@ def record_sample(adapt: AdaptationState, position_sub, step_in_phase3, schedule
     return adapt._replace(samples=adapt.samples.at[slot].set(row))
 
 
-def L_from_ess(samples, step_size, schedule: Schedule, ess_fn) -> jax.Array:
-    """``L_factor * step_size * mean_i(n3 / ESS_i)`` from the stored Phase III samples."""
+def L_from_ess(samples, step_size, schedule: Schedule, ess_fn, fallback_L) -> tuple[jax.Array, jax.Array]:
+    """``L_factor * step_size * mean_i(n3 / ESS_i)`` from the stored Phase III samples.
+
+    The mean runs over the coordinates whose ESS is finite and positive (a coordinate that did
+    not move, for instance, has a NaN or infinite ESS). Returns ``(L, ok)``; when no coordinate
+    is usable, ``ok`` is ``False`` and ``L`` is ``fallback_L`` (the Phase II L).
+    """
     ess = ess_fn(samples)
-    return schedule.L_factor * step_size * jnp.mean(schedule.num_phase3 / ess)
+    usable = jnp.isfinite(ess) & (ess > 0)
+    count = jnp.sum(usable)
+    ratio = jnp.where(usable, schedule.num_phase3 / jnp.where(usable, ess, 1.0), 0.0)
+    ok = count > 0
+    L = schedule.L_factor * step_size * jnp.sum(ratio) / jnp.maximum(count, 1)
+    return jnp.where(ok, L, fallback_L), ok

@@ -10,6 +10,21 @@ shaped like each parameter. Beyond ArviZ this adds
 * chainwise R-hat (cR-hat, MILE / BDE papers): R-hat of the consecutive pieces of each
   single chain, averaged over chains. It measures mixing *within* a chain's mode, which is
   what matters for ensembles started from different deep-ensemble members.
+
+cR-hat is computed, by default, exactly as the MILE paper's reference code computes it
+(``method="mile"``). For every chain and scalar element separately: the chain's ``n`` draws
+are rank-normalised together, rank ``r`` (1-based, ties averaged) becoming the standard
+normal quantile of ``(r - 0.375) / (n + 0.25)``; the normalised draws are cut into
+``num_splits = 4`` consecutive pieces of length ``m = n // 4`` (when ``n`` is not a multiple
+of 4, all ``n`` draws are ranked and the first ``4 m`` normalised values are used); then::
+
+    R-hat = sqrt(((m - 1) / m * W + B) / W),
+
+with ``W`` the mean of the pieces' variances and ``B`` the variance of the pieces' means
+(both with ``ddof=1``). cR-hat is the mean of these over chains. There is no further
+splitting of the pieces, no folded variant and no maximum with anything.
+``method="arviz_rank"`` gives the earlier definition of this package: ArviZ's rank-normalised
+split R-hat (``arviz.rhat(method="rank")``) with a chain's pieces as ArviZ's chains.
 """
 
 from __future__ import annotations
@@ -19,6 +34,7 @@ import warnings
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from scipy.special import ndtri
 
 with warnings.catch_warnings():
     # ArviZ 0.23 announces its 1.0 refactor on import; irrelevant to the functions used here.
@@ -28,6 +44,7 @@ with warnings.catch_warnings():
 __all__ = ["chainwise_rhat", "ess", "format_summary", "rhat", "summary"]
 
 _MIN_DRAWS = 4  # ArviZ returns NaN for fewer draws per chain
+_CRHAT_METHODS = ("mile", "arviz_rank")
 
 
 def _chains_array(name: str, values) -> np.ndarray:
@@ -95,23 +112,79 @@ def _rhat_array(arr: np.ndarray, name: str) -> np.ndarray:
     return _arviz_stat(az.rhat, arr, method="rank")
 
 
-def _chainwise_rhat_array(arr: np.ndarray, num_splits: int, name: str) -> np.ndarray:
-    if int(num_splits) != num_splits or num_splits < 2:
-        raise ValueError(f"num_splits must be an integer >= 2, got {num_splits}.")
-    num_splits = int(num_splits)
+def _average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n along the last axis, ties given their average rank (``scipy.stats.rankdata``
+    with ``method="average"``), vectorised over the leading axes."""
+    n = x.shape[-1]
+    order = np.argsort(x, axis=-1)  # any order of ties: they share their average rank
+    ordered = np.take_along_axis(x, order, axis=-1)
+    position = np.arange(1, n + 1, dtype=np.float64)
+    starts = np.ones(x.shape, dtype=bool)  # first position of a run of tied values
+    starts[..., 1:] = ordered[..., 1:] != ordered[..., :-1]
+    ends = np.ones(x.shape, dtype=bool)  # last position of a run
+    ends[..., :-1] = starts[..., 1:]
+    first = np.maximum.accumulate(np.where(starts, position, 0.0), axis=-1)
+    last = np.minimum.accumulate(np.where(ends, position, n + 1.0)[..., ::-1], axis=-1)[..., ::-1]
+    ranks = np.empty(x.shape, dtype=np.float64)
+    np.put_along_axis(ranks, order, (first + last) / 2, axis=-1)
+    return ranks
+
+
+def _mile_crhat(arr: np.ndarray, num_splits: int) -> np.ndarray:
+    """cR-hat as in the MILE reference code, for ``(chains, draws, *shape)``; shape ``shape``."""
     chains, draws = arr.shape[:2]
     length = draws // num_splits
-    if length < _MIN_DRAWS:
-        raise ValueError(
-            f"{name}: chainwise R-hat with num_splits={num_splits} needs at least "
-            f"{num_splits * _MIN_DRAWS} draws per chain, got {draws}."
-        )
+    # (chains, draws, *s) -> (chains, k, draws): rank every chain and element along the draws
+    x = np.ascontiguousarray(np.moveaxis(arr.reshape(chains, draws, -1), 1, -1))
+    ranks = _average_ranks(x)
+    z = ndtri((ranks - 0.375) / (draws + 0.25))
+    z[np.isnan(x).any(axis=-1)] = np.nan  # NaN draws give NaN, as in scipy's rankdata
+    # rank all draws, then keep the first num_splits * length normalised values
+    pieces = z[..., : num_splits * length].reshape(chains, -1, num_splits, length)
+    within = pieces.var(axis=-1, ddof=1).mean(axis=-1)  # W: (chains, k)
+    between = pieces.mean(axis=-1).var(axis=-1, ddof=1)  # B: (chains, k)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = np.sqrt(((length - 1) / length * within + between) / within)
+    value = np.where(within > 0, value, np.nan)  # e.g. an element constant in a chain
+    return value.mean(axis=0).reshape(arr.shape[2:])
+
+
+def _arviz_crhat(arr: np.ndarray, num_splits: int) -> np.ndarray:
+    chains, draws = arr.shape[:2]
+    length = draws // num_splits
     pieces = arr[:, : num_splits * length].reshape(chains, num_splits, length, *arr.shape[2:])
     # (chains, splits, length, *s) -> (splits, length, chains, *s): the pieces of one chain
     # are ArviZ's chains and the original chain index becomes a parameter dimension, so a
     # single call computes the R-hat of every chain separately.
     per_chain = _arviz_stat(az.rhat, np.moveaxis(pieces, 0, 2), method="rank")
     return per_chain.mean(axis=0)
+
+
+def _check_crhat_method(method) -> str:
+    if not isinstance(method, str) or method not in _CRHAT_METHODS:
+        raise ValueError(
+            f"chainwise R-hat method must be one of {', '.join(map(repr, _CRHAT_METHODS))}, "
+            f"got {method!r}."
+        )
+    return method
+
+
+def _chainwise_rhat_array(
+    arr: np.ndarray, num_splits: int, name: str, method: str = "mile"
+) -> np.ndarray:
+    _check_crhat_method(method)
+    if int(num_splits) != num_splits or num_splits < 2:
+        raise ValueError(f"num_splits must be an integer >= 2, got {num_splits}.")
+    num_splits = int(num_splits)
+    draws = arr.shape[1]
+    if draws // num_splits < _MIN_DRAWS:
+        raise ValueError(
+            f"{name}: chainwise R-hat with num_splits={num_splits} needs at least "
+            f"{num_splits * _MIN_DRAWS} draws per chain, got {draws}."
+        )
+    if method == "mile":
+        return _mile_crhat(arr, num_splits)
+    return _arviz_crhat(arr, num_splits)
 
 
 def ess(samples, per_chain: bool = False):
@@ -142,25 +215,46 @@ def rhat(samples):
     return {k: _rhat_array(_chains_array(k, v), k) for k, v in sites.items()}
 
 
-def chainwise_rhat(samples, num_splits: int = 4):
+def chainwise_rhat(samples, num_splits: int = 4, method: str = "mile"):
     """Chainwise R-hat (cR-hat) of the MILE / BDE papers.
 
-    Each chain is cut into ``num_splits`` consecutive pieces of equal length
-    ``draws // num_splits`` (trailing draws are dropped); the pieces are treated as chains
-    and ArviZ's rank-normalised R-hat is computed within every chain; the result is the mean
-    over chains. Values near 1 mean each chain is stationary within its mode, whatever the
-    distance between the modes of different chains.
+    Each chain is cut into ``num_splits`` consecutive pieces and R-hat is computed between
+    the pieces of that chain; the result is the mean over chains. Values near 1 mean each
+    chain is stationary within its mode, whatever the distance between the modes of
+    different chains.
+
+    ``method="mile"`` (default) follows the MILE paper's reference code exactly. For every
+    chain and scalar element: rank the chain's ``n`` draws together (1-based, ties get their
+    average rank) and map rank ``r`` to the standard normal quantile of
+    ``(r - 0.375) / (n + 0.25)``; cut the normalised draws into ``num_splits`` consecutive
+    pieces of length ``m = n // num_splits`` (if ``n`` is not a multiple of ``num_splits``,
+    all ``n`` draws are ranked and the first ``num_splits * m`` normalised values are used;
+    the reference code requires a multiple); then
+    ``R-hat = sqrt(((m - 1) / m * W + B) / W)`` with ``W`` the mean of the pieces' variances
+    and ``B`` the variance of the pieces' means, both with ``ddof=1``. No further halving of
+    the pieces, no folded variant, no maximum with anything. Where ``W = 0`` (e.g. an element
+    constant in a chain) the chain's value is NaN, and so is the mean over chains.
+
+    ``method="arviz_rank"`` is this package's earlier definition: the trailing draws are
+    dropped, the pieces are treated as chains and ArviZ's rank-normalised split R-hat
+    (``arviz.rhat(method="rank")``, which ranks the pieces jointly, splits each piece in two
+    and takes the maximum of the bulk and folded R-hat) is computed within every chain.
 
     :param samples: array of shape ``(chains, draws, *param_shape)`` or a dict of them;
         ``draws >= 4 * num_splits``.
     :param num_splits: number of pieces per chain (>= 2).
+    :param method: ``"mile"`` (default) or ``"arviz_rank"``, as above.
     :returns: array of shape ``param_shape``, or a dict of them.
     """
+    _check_crhat_method(method)
     sites = _as_dict(samples)
     if sites is None:
-        return _chainwise_rhat_array(_chains_array("samples", samples), num_splits, "samples")
+        return _chainwise_rhat_array(
+            _chains_array("samples", samples), num_splits, "samples", method
+        )
     return {
-        k: _chainwise_rhat_array(_chains_array(k, v), num_splits, k) for k, v in sites.items()
+        k: _chainwise_rhat_array(_chains_array(k, v), num_splits, k, method)
+        for k, v in sites.items()
     }
 
 
@@ -174,12 +268,15 @@ def summary(
     samples,
     group: Callable[[str], str | None] | Mapping[str, str] | None = None,
     num_splits: int = 4,
+    crhat_method: str = "mile",
 ) -> list[dict[str, Any]]:
     """Per-site (or per-layer) convergence table.
 
     One row per site, with the means over the site's elements of the per-chain bulk ESS,
-    the chainwise R-hat and the between-chain R-hat (NaN elements, e.g. constant ones, are
-    skipped; R-hat is NaN for a single chain).
+    the chainwise R-hat (:func:`chainwise_rhat`; by default exactly as the MILE reference
+    code computes it: per chain, rank-normalise all draws, cut them into ``num_splits``
+    pieces, ``sqrt(((m - 1) / m * W + B) / W)``, mean over chains) and the between-chain
+    R-hat (NaN elements, e.g. constant ones, are skipped; R-hat is NaN for a single chain).
 
     How to read it for ensembles: chains of MILE and similar samplers start from different
     members of a deep ensemble, i.e. in different modes of a highly multimodal posterior,
@@ -197,10 +294,15 @@ def summary(
         and bias of a layer). A mapping leaves names it lacks unchanged; a callable may
         return ``None`` to leave a site out.
     :param num_splits: pieces per chain for the chainwise R-hat.
+    :param crhat_method: definition of the chainwise R-hat, passed to
+        :func:`chainwise_rhat` as ``method``: ``"mile"`` (default, as the MILE reference
+        code computes it) or ``"arviz_rank"`` (ArviZ's rank-normalised split R-hat of the
+        pieces).
     :returns: list of rows in first-appearance order, each a dict with keys ``"site"``
         (str), ``"size"`` (number of scalar elements), ``"ess_per_chain"``, ``"crhat"``
         and ``"rhat"`` (floats).
     """
+    _check_crhat_method(crhat_method)
     sites = _as_dict(samples)
     if sites is None:
         sites = {"samples": samples}
@@ -231,7 +333,9 @@ def summary(
                 "site": label,
                 "size": int(arr.shape[2]),
                 "ess_per_chain": _nanmean(_ess_array(arr, per_chain=True)),
-                "crhat": _nanmean(_chainwise_rhat_array(arr, num_splits, label)),
+                "crhat": _nanmean(
+                    _chainwise_rhat_array(arr, num_splits, label, crhat_method)
+                ),
                 "rhat": _nanmean(_rhat_array(arr, label)) if arr.shape[0] > 1 else math.nan,
             }
         )

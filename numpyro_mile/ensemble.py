@@ -2,8 +2,12 @@
 
 Members are trained in parallel (``vmap``) on the model's mean negative log-likelihood (no prior
 term, as in the MILE reference), with minibatches reshuffled every epoch and early stopping on a
-validation NLL. Minibatches are drawn by substituting row indices into the model's ``"data"``
-plate, so any NumPyro model with such a plate can be pretrained without slicing its arguments.
+validation NLL. Minibatches are drawn by substituting row indices into the model's observation
+plate (``"data"``, or the one plate all observations share), so any NumPyro model that indexes
+its data through that plate can be pretrained without slicing its arguments. A model that uses
+its full data arrays inside the plate (``numpyro.sample("obs", d, obs=y)`` with ``y`` of all
+``N`` rows) cannot be evaluated on a minibatch: it is trained full-batch instead (one Adam step
+per epoch), with a warning that says why.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from typing import Callable, NamedTuple
 
 import jax
@@ -49,7 +54,11 @@ class DeepEnsemble(NamedTuple):
 
 
 class MemberState(NamedTuple):
-    """Training state of one member."""
+    """Training state of one member.
+
+    :ivar recent_val: the last ``patience + 1`` validation losses, oldest first (``inf`` before
+        that many epochs); used by ``early_stopping="mile"``.
+    """
 
     params: dict
     opt_state: tuple
@@ -58,6 +67,24 @@ class MemberState(NamedTuple):
     wait: jax.Array
     stopped: jax.Array
     epochs: jax.Array
+    recent_val: jax.Array
+
+
+#: early-stopping rules of :func:`deep_ensemble`
+EARLY_STOPPING_RULES = ("best", "mile")
+
+
+def should_stop(rule: str, wait, recent_val, patience: int):
+    """Whether a member stops after this epoch.
+
+    ``"best"``: the validation loss has not improved on its best for ``patience`` epochs
+    (``wait >= patience``). ``"mile"`` (the MILE reference code): each of the last ``patience``
+    validation losses is >= the loss ``patience + 1`` epochs ago (``recent_val`` holds the last
+    ``patience + 1`` losses, oldest first, ``inf`` where there are fewer epochs, which never stops).
+    """
+    if rule == "best":
+        return wait >= patience
+    return jnp.all(recent_val[1:] >= recent_val[0]) & jnp.isfinite(recent_val[0])
 
 
 def default_optimizer() -> optax.GradientTransformation:
@@ -69,12 +96,12 @@ def init_member_params(rng_key, trace: dict) -> dict:
     """Initial unconstrained parameters of one member.
 
     Sites of rank >= 2 (weight matrices) get LeCun-normal values, ``N(0, 1 / fan_in)`` with
-    ``fan_in = prod(shape[:-1])``; sites of lower rank (biases, scalars) start at 0.
+    ``fan_in = prod(shape[:-1])``; sites of lower rank (biases, scalars) start at 0. Shapes are
+    the unconstrained ones (``K - 1`` for a ``Dirichlet`` of size ``K``).
     """
     params = {}
-    sites = mu.latent_sites(trace)
-    for key, (name, site) in zip(jax.random.split(rng_key, len(sites)), sites.items()):
-        shape = jnp.shape(site["value"])
+    shapes = mu.unconstrained_shapes(trace)
+    for key, (name, shape) in zip(jax.random.split(rng_key, len(shapes)), shapes.items()):
         if len(shape) >= 2:
             fan_in = int(np.prod(shape[:-1]))
             params[name] = jax.random.normal(key, shape) / np.sqrt(fan_in)
@@ -83,17 +110,30 @@ def init_member_params(rng_key, trace: dict) -> dict:
     return params
 
 
-def _check_plate_indexing(nll, params, model_args, indices, n, plate_name) -> None:
-    """Evaluate the loss on one minibatch; explain the usual cause when the model cannot be subsampled."""
+def _as_jax_arrays(tree):
+    """NumPy arrays in ``tree`` as JAX arrays, so that a model can index them with traced row indices."""
+    return jax.tree.map(lambda a: jnp.asarray(a) if isinstance(a, np.ndarray) else a, tree)
+
+
+def _minibatch_failure(nll, params, model_args, indices, n) -> str | None:
+    """Why the loss cannot be evaluated on a minibatch of rows (``None`` when it can).
+
+    Evaluated abstractly (``jax.eval_shape``, the data closed over as in training): nothing is
+    computed or compiled.
+    """
     try:
-        jax.eval_shape(nll, params, model_args, indices, n)
+        jax.eval_shape(lambda p, i: nll(p, model_args, i, n), params, indices)
     except (ValueError, TypeError, IndexError) as err:
-        raise ValueError(
-            f"deep-ensemble pretraining evaluates the model on minibatches by substituting row indices into the "
-            f"plate {plate_name!r}, and the model failed on a minibatch of {len(indices)} rows: {err}. Index the "
-            f"data through the plate, e.g. `with numpyro.plate({plate_name!r}, N): x = numpyro.subsample(X, "
-            "event_dim=1)` (or `with numpyro.plate(...) as idx: x = X[idx]`)."
-        ) from err
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+_FULL_BATCH_WARNING = (
+    "deep-ensemble pretraining draws minibatches by substituting row indices into the plate {plate!r}, but the "
+    "model failed on a minibatch of {batch} of its {n} rows ({reason}), so it trains full-batch instead: one Adam "
+    "step on all rows per epoch, {validation}. To train on minibatches, index the data through the plate, e.g. "
+    "`with numpyro.plate({plate!r}, N) as idx: numpyro.sample('obs', d, obs=y[idx])` (or numpyro.subsample)."
+)
 
 
 def _progress_enabled(progress_bar: bool) -> bool:
@@ -112,7 +152,8 @@ def fit_members(
     patience: int = 10,
     validation=0.1,
     validation_seed: int = 0,
-    plate_name: str = mu.DATA_PLATE,
+    plate_name: str | None = None,
+    early_stopping: str = "best",
     progress_bar: bool = True,
 ) -> DeepEnsemble:
     """Train one member per key in ``member_keys`` (shape ``(members, 2)``); see :func:`deep_ensemble`.
@@ -122,20 +163,42 @@ def fit_members(
     """
     start = time.perf_counter()
     optimizer = default_optimizer() if optimizer is None else optimizer
+    if early_stopping not in EARLY_STOPPING_RULES:
+        raise ValueError(f"early_stopping must be one of {EARLY_STOPPING_RULES}, got {early_stopping!r}.")
+    model_args, model_kwargs = _as_jax_arrays(tuple(model_args)), _as_jax_arrays(dict(model_kwargs))
+    if isinstance(validation, (tuple, list)):
+        validation = _as_jax_arrays(tuple(validation))
     trace = mu.trace_model(model, model_args, model_kwargs)
-    plate = mu.plates(trace).get(plate_name)
+    plate = mu.observation_plate(trace) if plate_name is None else mu.plates(trace).get(plate_name)
     if plate is None:
+        where = "a plate named 'data' or one plate shared by all observed sites" if plate_name is None else (
+            f"a plate named {plate_name!r}")
         raise ValueError(
-            f"deep-ensemble pretraining needs the observations in a plate named {plate_name!r} "
-            "(numpyro.plate('data', N)); the model has none. Pass init_params, or pretrain=False."
+            f"deep-ensemble pretraining needs the observations in {where} (numpyro.plate('data', N)); "
+            "the model has none. Pass init_params, or pretrain=False."
         )
-    n = plate.size
+    plate_name, n = plate.name, plate.size
     mu.check_continuous(trace, "deep_ensemble")
 
     def nll(params, args, indices, num_rows):
         values = mu.constrain(trace, params)
         plate_indices = None if indices is None else {plate_name: indices}
         return -mu.observed_log_likelihood(model, args, model_kwargs, values, plate_indices) / num_rows
+
+    probe_params = init_member_params(jax.random.PRNGKey(0), trace)
+    probe_rows = jnp.arange(min(batch_size, max(n - 1, 1)))
+    reason = _minibatch_failure(nll, probe_params, model_args, probe_rows, n) if n > 1 else None
+    full_batch = reason is not None
+    if full_batch and not isinstance(validation, (tuple, list)) and validation is not None:
+        validation = None  # rows cannot be held out of a model that cannot be indexed
+        validation_note = ("with no validation rows held out (early stopping would need indexing), for "
+                           "max_epochs steps; pass validation=(X_val, y_val) to stop early on separate data")
+    else:
+        validation_note = "early stopping as configured"
+    if full_batch:
+        warnings.warn(_FULL_BATCH_WARNING.format(plate=plate_name, batch=len(probe_rows), n=n, reason=reason,
+                                                 validation=validation_note), UserWarning, stacklevel=3)
+        logger.info("deep ensemble: full-batch training (%s)", reason)
 
     train_idx = np.arange(n)
     if validation is None:
@@ -161,10 +224,12 @@ def fit_members(
             return nll(params, model_args, val_idx, n)
 
     train_idx = jnp.asarray(train_idx)
-    batch = min(batch_size, int(train_idx.shape[0]))
-    _check_plate_indexing(nll, init_member_params(jax.random.PRNGKey(0), trace), model_args, train_idx[:batch], n,
-                          plate_name)
-    num_batches = int(train_idx.shape[0]) // batch
+    batch = n if full_batch else min(batch_size, int(train_idx.shape[0]))
+    if not full_batch and batch != len(probe_rows):
+        reason = _minibatch_failure(nll, probe_params, model_args, train_idx[:batch], n)
+        if reason is not None:
+            raise ValueError(f"deep-ensemble pretraining failed on a minibatch of {batch} rows: {reason}")
+    num_batches = 1 if full_batch else int(train_idx.shape[0]) // batch
 
     def train_step(carry, indices):
         params, opt_state = carry
@@ -173,21 +238,30 @@ def fit_members(
         return (optax.apply_updates(params, updates), opt_state), loss
 
     def epoch(state: MemberState, key) -> tuple[MemberState, tuple[jax.Array, jax.Array]]:
-        order = jax.random.permutation(key, train_idx)[: num_batches * batch].reshape(num_batches, batch)
-        (params, opt_state), losses = jax.lax.scan(train_step, (state.params, state.opt_state), order)
+        if full_batch:  # no indices: the model runs on its own arrays, every row once (scale 1)
+            (params, opt_state), loss = train_step((state.params, state.opt_state), None)
+            losses = loss[None]
+        else:
+            order = jax.random.permutation(key, train_idx)[: num_batches * batch].reshape(num_batches, batch)
+            (params, opt_state), losses = jax.lax.scan(train_step, (state.params, state.opt_state), order)
+        # a stopped member keeps its parameters (it is still computed: members train together)
+        params = jax.tree.map(lambda a, b: jnp.where(state.stopped, b, a), params, state.params)
         val = losses.mean() if val_loss_fn is None else val_loss_fn(params)
         improved = (val < state.best_val) & ~state.stopped
-        if val_loss_fn is None:
-            improved = ~state.stopped
+        if val_loss_fn is None or early_stopping == "mile":
+            improved = ~state.stopped  # keep the final parameters
         wait = jnp.where(improved, 0, state.wait + 1)
+        recent = jnp.where(state.stopped, state.recent_val, jnp.append(state.recent_val[1:], val))
+        stop = should_stop(early_stopping, wait, recent, patience) if val_loss_fn is not None else False
         new_state = MemberState(
             params=params,
             opt_state=opt_state,
             best_params=jax.tree.map(lambda a, b: jnp.where(improved, a, b), params, state.best_params),
             best_val=jnp.where(improved, val, state.best_val),
             wait=wait,
-            stopped=state.stopped | (wait >= patience),
+            stopped=state.stopped | stop,
             epochs=state.epochs + jnp.where(state.stopped, 0, 1),
+            recent_val=recent,
         )
         nan = jnp.nan
         return new_state, (jnp.where(state.stopped, nan, losses.mean()), jnp.where(state.stopped, nan, val))
@@ -195,7 +269,7 @@ def fit_members(
     def init_state(key) -> MemberState:
         params = init_member_params(key, trace)
         return MemberState(params, optimizer.init(params), params, jnp.asarray(jnp.inf), jnp.asarray(0),
-                           jnp.asarray(False), jnp.asarray(0))
+                           jnp.asarray(False), jnp.asarray(0), jnp.full((patience + 1,), jnp.inf))
 
     def epoch_keys(epoch_index):
         return jax.vmap(lambda k: jax.random.fold_in(k, epoch_index))(member_keys)
@@ -211,13 +285,15 @@ def fit_members(
             from tqdm.auto import tqdm
 
             bar = tqdm(total=max_epochs, desc="deep ensemble", leave=False)
+            monitored = "train_nll" if val_loss_fn is None else ("val_nll" if early_stopping == "mile" else
+                                                                 "best_val_nll")
         for e in range(max_epochs):
             states, (train_l, val_l) = run_epoch(states, epoch_keys(e))
             train_curve.append(train_l)
             val_curve.append(val_l)
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(best_val_nll=f"{float(jnp.nanmin(states.best_val)):.4f}")
+                bar.set_postfix({monitored: f"{float(jnp.nanmin(states.best_val)):.4f}"})
             if bool(jnp.all(states.stopped)):
                 break
         if bar is not None:
@@ -264,7 +340,8 @@ def deep_ensemble(
     patience: int = 10,
     validation=0.1,
     validation_seed: int = 0,
-    plate_name: str = mu.DATA_PLATE,
+    plate_name: str | None = None,
+    early_stopping: str = "best",
     progress_bar: bool = True,
     **model_kwargs,
 ) -> DeepEnsemble:
@@ -272,17 +349,29 @@ def deep_ensemble(
 
     Each member minimises the mean negative log-likelihood of the observed sites (no prior term)
     with ``optimizer`` on minibatches of ``batch_size`` rows, reshuffled every epoch, for at most
-    ``max_epochs`` epochs; it stops when the validation NLL has not improved for ``patience``
-    epochs and keeps its best parameters.
+    ``max_epochs`` epochs, with early stopping on the validation NLL (``early_stopping``).
 
-    :param model: a NumPyro model whose observations lie in ``numpyro.plate(plate_name, N)``.
+    Minibatches (and held-out validation rows) are drawn by substituting row indices into the
+    observation plate. A model that cannot be evaluated on a subset of rows (its observations use
+    the full data array inside the plate) is trained full-batch instead, one step per epoch,
+    with a ``UserWarning`` that says why; a validation fraction is then ignored (pass
+    ``validation=(X_val, y_val)`` to stop early on separate data).
+
+    :param model: a NumPyro model whose observations lie in a plate (see ``plate_name``).
     :param rng_key: a JAX PRNG key; member ``k`` uses ``jax.random.split(rng_key, num_members)[k]``.
     :param num_members: ensemble size ``K`` (MILE: one chain per member).
     :param model_args: the training data, as passed to the model (e.g. ``X_train, y_train``).
     :param optimizer: an optax optimizer; default AdamW(1e-3, weight decay 1e-3).
     :param validation: a fraction of the rows held out for early stopping (the same rows for every
-        member, chosen by ``validation_seed``), a tuple of model args with validation data
-        (e.g. ``(X_val, y_val)``), or ``None`` for no early stopping.
+        member, chosen by ``validation_seed``; they are taken out of the training rows), a tuple
+        of model args with separate validation data (e.g. ``(X_val, y_val)``; all rows train), or
+        ``None`` for no early stopping (``max_epochs`` epochs, final parameters).
+    :param plate_name: the plate that holds the observations; default ``"data"`` when the model
+        has such a plate, else the one plate shared by all observed sites.
+    :param early_stopping: ``"best"`` (default): stop when the validation NLL has not improved on
+        its best for ``patience`` epochs and return the best parameters. ``"mile"``: the MILE
+        reference code's rule: stop when each of the last ``patience`` validation losses is >=
+        the loss ``patience + 1`` epochs ago, and return the final parameters.
     :param progress_bar: show a tqdm bar over epochs (off when ``$CI`` is set).
     :param model_kwargs: keyword arguments of the model (e.g. ``hidden=(16, 16)``).
     :return: a :class:`DeepEnsemble`.
@@ -315,5 +404,6 @@ def deep_ensemble(
         validation=validation,
         validation_seed=validation_seed,
         plate_name=plate_name,
+        early_stopping=early_stopping,
         progress_bar=progress_bar,
     )

@@ -176,6 +176,23 @@ class MinibatchModel:
         self.latent_shapes: dict[str, tuple[int, ...]] = found["shapes"]
         if not self.latent_shapes:
             raise ValueError(f"{kernel_name}: the model has no latent sample sites to sample.")
+        if self.plates:
+            self._check_minibatch(tuple(model_args), model_kwargs, rng_key)
+
+    def _check_minibatch(self, model_args: tuple, model_kwargs: dict, rng_key) -> None:
+        """Raise a clear error when the model cannot be evaluated on a minibatch (abstractly: nothing runs)."""
+        params = {name: jnp.zeros(shape) for name, shape in self.latent_shapes.items()}
+        try:
+            jax.eval_shape(self.potential_fn(model_args, model_kwargs), params, rng_key)
+        except (ValueError, TypeError, IndexError) as err:
+            plate = self.plates[0]
+            raise ValueError(
+                f"{self.kernel_name}: the model failed on a minibatch of {plate.subsample_size} of the "
+                f"{plate.size} rows of plate {plate.name!r} ({type(err).__name__}: {err}). A subsampled plate must "
+                f"index the data it observes: `with numpyro.plate({plate.name!r}, N, subsample_size=n) as idx: "
+                "numpyro.sample('obs', d, obs=y[idx])` (or numpyro.subsample(y, event_dim=0)). Or call the model "
+                "with subsample_size=None for full-batch gradients."
+            ) from err
 
     @property
     def is_subsampled(self) -> bool:

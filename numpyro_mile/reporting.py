@@ -11,7 +11,8 @@ groups itself:
 * ``sample_stats``: ``mcmc.get_extra_fields(group_by_chain=True)`` with ArviZ's names
   (``potential_energy`` becomes ``lp = -potential_energy``, ``num_steps`` ``n_steps``,
   ``accept_prob`` ``acceptance_rate``; kernel-specific fields such as MILE's ``step_size``,
-  ``L``, ``energy_change`` keep their names);
+  ``L``, ``energy_change`` keep their names); for an ICSGLD run also ``importance_weight``,
+  the normalised importance weights of the draws (:data:`IMPORTANCE_WEIGHT_NOTE`);
 * ``observed_data``: the observed sites of the training call (all rows, even with a
   subsampled plate);
 * with ``test=(X_test, y_test)``: ``log_likelihood`` holds the *test* pointwise
@@ -22,6 +23,15 @@ groups itself:
 
 Any kernel whose ``sample_field`` holds the unconstrained latent values (``"z"``: NUTS, HMC,
 MILE, SGLD, ICSGLD) works, since only ``get_samples`` / ``get_extra_fields`` are used.
+
+ICSGLD's draws come from a *flattened* version of the posterior: unweighted summaries of its
+``InferenceData`` (``az.ess``, ``az.rhat``, ``az.loo``, plain means) describe that flattened
+distribution. Posterior expectations weight the draws with ``sample_stats.importance_weight``
+(:func:`numpyro_mile.importance_weights` with ``group_by_chain=True``: the histogram at the end
+of the run, weights summing to 1 over all chains and draws). They are computed from the
+collected ``bin`` field (one of ICSGLD's default fields) and ``mcmc.last_state.theta``; when
+either is missing the conversion warns (naming the ``extra_fields`` to pass to ``mcmc.run``)
+and leaves the variable out.
 """
 
 from __future__ import annotations
@@ -34,12 +44,13 @@ import numpy as np
 
 from . import _model_utils as mu
 from .predictive import full_plate_model, log_likelihood, predict
+from .weights import importance_weights
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)  # ArviZ 0.23 announces its 1.0 refactor
     import arviz as az
 
-__all__ = ["SAMPLE_STATS_NAMES", "to_inference_data"]
+__all__ = ["IMPORTANCE_WEIGHT_NOTE", "SAMPLE_STATS_NAMES", "to_inference_data"]
 
 #: NumPyro extra-field names -> ArviZ ``sample_stats`` names (as ``arviz.from_numpyro``)
 SAMPLE_STATS_NAMES = {
@@ -48,6 +59,53 @@ SAMPLE_STATS_NAMES = {
     "num_steps": "n_steps",
     "accept_prob": "acceptance_rate",
 }
+
+
+#: ``attrs["importance_weight"]`` of the ``sample_stats`` group of an ICSGLD run (and ``attrs["note"]`` of the variable)
+IMPORTANCE_WEIGHT_NOTE = (
+    "importance_weight: normalised ICSGLD importance weights theta[J]^zeta of the draws (theta: the "
+    "energy histogram at the end of the run, J: the draw's energy bin; 0 in the overflow bin), summing to 1 "
+    "over all chains and draws. The draws target a flattened distribution: unweighted ESS, R-hat, LOO and means "
+    "describe that distribution, not the posterior; weight posterior expectations with importance_weight."
+)
+
+#: the extra field ICSGLD's importance weights are computed from (with ``mcmc.last_state.theta``)
+_ICSGLD_FIELDS = ("bin",)
+
+
+def _is_icsgld(kernel) -> bool:
+    """A kernel with an energy histogram and importance weights (ICSGLD, CSGLD), as :func:`importance_weights` checks."""
+    return hasattr(kernel, "log_weights") and hasattr(kernel, "density_of_states")
+
+
+def _icsgld_weights(mcmc, extra_fields: dict, chain_draw: tuple[int, int]) -> np.ndarray | None:
+    """``importance_weights(mcmc, group_by_chain=True)``, or ``None`` with a warning when they cannot be computed."""
+    missing = [field for field in _ICSGLD_FIELDS if field not in extra_fields]
+    state = getattr(mcmc, "last_state", None)
+    if missing or state is None or getattr(state, "theta", None) is None:
+        what = (f"the extra field(s) {missing} were not collected" if missing
+                else "mcmc.last_state (with the histogram theta) is not available")
+        warnings.warn(
+            f"to_inference_data: this is an ICSGLD run, whose draws target a flattened distribution, but {what}, "
+            "so sample_stats.importance_weight is left out and the InferenceData describes the flattened "
+            f"distribution only. Run it with mcmc.run(..., extra_fields={_ICSGLD_FIELDS!r}) and convert the MCMC "
+            "object after the run.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return None
+    try:
+        weights = importance_weights(mcmc, group_by_chain=True)
+    except ValueError as err:  # every draw in the overflow bin: no weights to report, the draws still convert
+        warnings.warn(f"to_inference_data: sample_stats.importance_weight is left out: {err}", RuntimeWarning,
+                      stacklevel=3)
+        return None
+    weights = np.asarray(weights, np.float64)
+    if weights.shape != chain_draw:
+        raise ValueError(
+            f"the ICSGLD importance weights have shape {weights.shape}, the draws {chain_draw} (chain, draw)."
+        )
+    return weights
 
 
 def _sample_stats(extra_fields: dict, chain_draw: tuple[int, int]) -> dict[str, np.ndarray]:
@@ -107,6 +165,14 @@ def to_inference_data(
         there are extra fields), ``observed_data`` (when training data are known) and, with
         ``test``, ``log_likelihood`` and ``predictions``. The test groups carry the attribute
         ``data="test"``; their observation axis has ``N_test`` entries, not ``N_train``.
+        For an ICSGLD run ``sample_stats`` also holds ``importance_weight``, dims
+        ``(chain, draw)``: the normalised importance weights of
+        :func:`numpyro_mile.importance_weights` (final histogram), **summing to 1 over all
+        chains and draws together** (not per chain), as the group's
+        ``attrs["importance_weight"]`` says. Unweighted ESS / R-hat / LOO of an ICSGLD run
+        describe the flattened distribution, not the posterior. When the ``bin`` extra field
+        (an ICSGLD default) or ``mcmc.last_state`` is missing, a ``UserWarning`` names the
+        ``extra_fields`` to pass to ``mcmc.run`` and the weights are left out.
 
     **Example**::
 
@@ -114,6 +180,9 @@ def to_inference_data(
         idata = to_inference_data(mcmc, test=(X_test, y_test))
         az.loo(idata)                      # on the test log-likelihood
         idata.predictions["mu"]            # (chain, draw, N_test)
+        # ICSGLD: posterior mean of w0, reweighted (unweighted means describe the flattened target)
+        w = idata.sample_stats["importance_weight"]
+        (w * idata.posterior["w0"]).sum(("chain", "draw"))
     """
     model = mcmc.sampler.model if model is None else model
     kwargs = {**(getattr(mcmc, "_kwargs", None) or {}), **(model_kwargs or {})}
@@ -156,7 +225,11 @@ def to_inference_data(
         posterior = {name: samples[name] for name in var_names}
 
     groups: dict = {"posterior": posterior}
-    stats = _sample_stats(mcmc.get_extra_fields(group_by_chain=True), chain_draw)
+    extra_fields = mcmc.get_extra_fields(group_by_chain=True)
+    stats = _sample_stats(extra_fields, chain_draw)
+    weights = _icsgld_weights(mcmc, extra_fields, chain_draw) if _is_icsgld(mcmc.sampler) else None
+    if weights is not None:
+        stats["importance_weight"] = weights
     if stats:
         groups["sample_stats"] = stats
     if train_args and trace is not None:
@@ -190,4 +263,7 @@ def to_inference_data(
     for group in ("log_likelihood", "predictions"):
         if group in groups:
             idata[group].attrs["data"] = "test"
+    if weights is not None:
+        idata.sample_stats.attrs["importance_weight"] = IMPORTANCE_WEIGHT_NOTE
+        idata.sample_stats["importance_weight"].attrs["note"] = IMPORTANCE_WEIGHT_NOTE
     return idata

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+import optax
 import pytest
 
 from numpyro_mile import MILE, deep_ensemble
@@ -37,15 +38,43 @@ def test_early_stopping_and_validation_args():
     np.testing.assert_allclose(-lppd, de.best_val_loss[0], rtol=1e-4)
 
 
-def test_model_that_does_not_index_its_data_gets_a_clear_error():
+def test_model_that_does_not_index_its_data_trains_full_batch_with_a_warning():
     def model(X, y=None):
         w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]))
+        b = numpyro.sample("b", dist.Normal(0.0, 1.0))
         with numpyro.plate("data", X.shape[0]):
-            numpyro.sample("y", dist.Normal(X @ w, 1.0), obs=y)  # X is not subsampled
+            numpyro.sample("y", dist.Normal(X @ w + b, 1.0), obs=y)  # X is not subsampled
 
     X, y = toy_regression(100)
-    with pytest.raises(ValueError, match="Index the data through the plate"):
-        deep_ensemble(model, jax.random.PRNGKey(0), 2, X, y, progress_bar=False)
+    with pytest.warns(UserWarning, match=r"trains full-batch instead.*obs=y\[idx\]"):
+        de = deep_ensemble(model, jax.random.PRNGKey(0), 2, X, y, max_epochs=300, progress_bar=False,
+                           optimizer=optax.adam(0.05))
+    assert de.train_loss.shape == (2, 300) and np.all(de.num_epochs == 300)  # no rows held out: no early stop
+    # one Adam step per epoch on all rows: the members reach the least-squares fit of the full data
+    design = np.column_stack([np.asarray(X), np.ones(len(X))])
+    w_ls, *_ = np.linalg.lstsq(design, np.asarray(y), rcond=None)
+    np.testing.assert_allclose(np.asarray(de.samples["w"])[:, 0], w_ls[0], atol=0.02)
+    np.testing.assert_allclose(np.asarray(de.samples["b"]), w_ls[1], atol=0.02)
+
+
+def test_mile_early_stopping_rule_stops_as_the_reference_and_keeps_the_final_parameters():
+    X, y = toy_regression(200, seed=3)
+    de = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), 3, X, y, hidden=(16,), max_epochs=400,
+                       patience=5, early_stopping="mile", progress_bar=False, optimizer=optax.adam(0.02))
+    val = np.asarray(de.val_loss)
+    for k in range(3):
+        epochs = int(de.num_epochs[k])
+        curve = val[k, :epochs]
+        assert np.all(np.isnan(val[k, epochs:]))
+        stop = [e for e in range(5, epochs) if np.all(curve[e - 4: e + 1] >= curve[e - 5])]
+        assert epochs < 400 and stop == [epochs - 1], (k, epochs, stop)  # first epoch where the rule fires
+        assert de.best_val_loss[k] == pytest.approx(curve[-1], rel=1e-6)  # final, not best, parameters
+    # the default rule keeps the best parameters instead
+    best = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), 3, X, y, hidden=(16,), max_epochs=400,
+                         patience=5, progress_bar=False, optimizer=optax.adam(0.02))
+    np.testing.assert_allclose(best.best_val_loss, np.nanmin(np.asarray(best.val_loss), axis=1), rtol=1e-6)
+    with pytest.raises(ValueError, match="early_stopping must be one of"):
+        deep_ensemble(mlp_regression, jax.random.PRNGKey(0), 1, X, y, early_stopping="patience")
 
 
 def test_no_data_plate_error():

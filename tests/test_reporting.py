@@ -1,4 +1,4 @@
-"""ArviZ conversion of MILE and NUTS runs, and the plots."""
+"""ArviZ conversion of MILE, NUTS, ICSGLD and SGLD runs, and the plots."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
     import arviz as az
 
-from numpyro_mile import MILE, metrics, plots  # noqa: E402
+from numpyro_mile import ICSGLD, MILE, SGLD, importance_weights, metrics, plots  # noqa: E402
+from numpyro_mile import reporting  # noqa: E402
 from numpyro_mile.datasets import toy_regression  # noqa: E402
 from numpyro_mile.models import mlp_regression  # noqa: E402
 from numpyro_mile.reporting import to_inference_data  # noqa: E402
@@ -134,6 +135,87 @@ def test_errors(nuts_run, data):
         to_inference_data(nuts_run, var_names=["nope"])
     with pytest.raises(ValueError, match="tuple of model arguments"):
         to_inference_data(nuts_run, train=X_test)
+
+
+# ------------------------------------------------------------------------------ ICSGLD importance weights
+
+
+@pytest.fixture(scope="module")
+def icsgld_run(data):
+    (X, y), _ = data
+    kernel = ICSGLD(mlp_regression, 1e-4, zeta=1.0, num_bins=62, bin_width=20.0, min_energy=0.0)
+    mcmc = MCMC(kernel, num_warmup=200, num_samples=DRAWS, num_chains=3, chain_method="vectorized",
+                progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(2), X, y, hidden=HIDDEN, subsample_size=20, extra_fields=("potential_energy",))
+    return mcmc
+
+
+def test_icsgld_carries_importance_weights(icsgld_run, data):
+    _, test = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # all fields there: no warning
+        idata = to_inference_data(icsgld_run, test=test, prediction_sites=())
+    stats = idata.sample_stats
+    assert {"importance_weight", "bin", "log_weight", "lp"} <= set(stats.data_vars)
+    weight = stats["importance_weight"]
+    assert weight.dims == ("chain", "draw") and weight.shape == (3, DRAWS)
+    assert weight.dtype == np.float64 and np.all(weight.values >= 0)
+    np.testing.assert_allclose(float(weight.sum()), 1.0, rtol=1e-12)  # over all chains and draws
+    assert np.ptp(weight.values) > 0  # zeta > 0: not all equal, so the comparisons below mean something
+    np.testing.assert_array_equal(weight.values, importance_weights(icsgld_run, group_by_chain=True))
+    np.testing.assert_array_equal(weight.values.reshape(-1), importance_weights(icsgld_run))  # get_samples order
+    assert "summing to 1 over all chains and draws" in stats.attrs["importance_weight"] and "flattened" in stats.attrs["importance_weight"]
+    assert weight.attrs["note"] == reporting.IMPORTANCE_WEIGHT_NOTE
+    # weighted posterior expectations in xarray agree with importance_weights over get_samples()
+    mean = (weight * idata.posterior["b1"]).sum(("chain", "draw")).values
+    flat = np.asarray(icsgld_run.get_samples()["b1"])
+    np.testing.assert_allclose(mean, np.einsum("s,s...->...", importance_weights(icsgld_run), flat), rtol=1e-5)
+
+
+def test_icsgld_without_the_bin_field_warns(icsgld_run, monkeypatch):
+    fields = icsgld_run.get_extra_fields
+
+    def without_bin(*args, **kwargs):
+        return {k: v for k, v in fields(*args, **kwargs).items() if k != "bin"}
+
+    monkeypatch.setattr(icsgld_run, "get_extra_fields", without_bin)
+    with pytest.warns(UserWarning, match=r"extra_fields=\('bin',\)") as record:
+        idata = to_inference_data(icsgld_run)
+    assert "ICSGLD" in str(record[0].message) and record[0].filename == __file__
+    assert "importance_weight" not in idata.sample_stats and "lp" in idata.sample_stats
+
+    monkeypatch.setattr(icsgld_run, "get_extra_fields", fields)
+    monkeypatch.setattr(icsgld_run, "_last_state", None)
+    with pytest.warns(UserWarning, match="last_state"):
+        idata = to_inference_data(icsgld_run)
+    assert "importance_weight" not in idata.sample_stats
+
+
+def test_icsgld_all_weights_zero_warns(icsgld_run, monkeypatch):
+    def overflow(*args, **kwargs):
+        raise ValueError("every sample lies in the overflow bin (importance weight 0)")
+
+    monkeypatch.setattr(reporting, "importance_weights", overflow)
+    with pytest.warns(RuntimeWarning, match="overflow bin"):
+        idata = to_inference_data(icsgld_run)
+    assert "importance_weight" not in idata.sample_stats and "bin" in idata.sample_stats
+
+
+def test_sgld_has_no_importance_weights(data):
+    (X, y), _ = data
+    mcmc = MCMC(SGLD(mlp_regression, 1e-4), num_warmup=50, num_samples=DRAWS, num_chains=CHAINS,
+                chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(3), X, y, hidden=HIDDEN, subsample_size=20, extra_fields=("potential_energy",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        idata = to_inference_data(mcmc)
+    assert "lp" in idata.sample_stats and "importance_weight" not in idata.sample_stats
+    assert "importance_weight" not in idata.sample_stats.attrs
+
+
+def test_non_icsgld_has_no_importance_weights(nuts_run):
+    idata = to_inference_data(nuts_run)
+    assert "importance_weight" not in idata.sample_stats
 
 
 # ------------------------------------------------------------------------------ plots

@@ -127,6 +127,17 @@ def _warn_nan(count, iteration):
     )
 
 
+def _warn_no_ess(ok):
+    chains = np.flatnonzero(~np.atleast_1d(np.asarray(ok))).tolist()
+    warnings.warn(
+        f"MILE: no coordinate had a finite, positive Phase III ESS in chain(s) {chains} (e.g. the chain did not "
+        "move during Phase III); those chains keep the Phase II L. Check the 'num_nans' extra field, and give "
+        "the warmup more steps.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
 class MILE(MCMCKernel):
     """Microcanonical Langevin Ensembles (MILE) for NumPyro.
 
@@ -141,22 +152,45 @@ class MILE(MCMCKernel):
         exact sampling of simple targets use a small target, e.g.
         ``target_energy_variance=(5e-4, 5e-4)`` (BlackJAX's default).
 
+    Any model that NUTS accepts with continuous latent sites (at least 2 unconstrained
+    dimensions) runs: ``ImproperUniform`` + ``numpyro.factor`` targets, constrained sites,
+    observations in a plate with or without indexing through it. As with NUTS, a potential
+    function can replace the model: ``MILE(potential_fn=U)`` with ``mcmc.run(key,
+    init_params=...)`` samples ``exp(-U)`` in ``U``'s own space, with no pretraining.
+
     :param model: a NumPyro model with continuous latent sites and no subsample plate.
+    :param potential_fn: instead of ``model``: a function of a position pytree returning the
+        potential energy (negative log density, up to a constant). ``init_params`` must then be
+        given to ``MCMC.run`` (with a leading chain axis for ``vectorized`` chains); draws are
+        the positions themselves.
     :param pretrain: train a deep ensemble (one member per chain) as initialisation when no
-        ``init_params`` are given and the model has a plate named ``"data"``; otherwise start from
-        ``init_strategy`` (after ``map_steps`` steps of Adam on the potential, if > 0).
+        ``init_params`` are given and the model has an observation plate (``"data"``, or the one
+        plate all observed sites share); otherwise start from ``init_strategy`` (after
+        ``map_steps`` steps of Adam on the potential, if > 0). Pretraining holds out a
+        validation fraction of the training rows for early stopping (they are not trained on)
+        unless ``ensemble_options=dict(validation=(X_val, y_val))`` gives separate data; a model
+        that cannot be evaluated on a subset of rows is pretrained full-batch, with a warning.
     :param ensemble_options: keyword arguments of :func:`numpyro_mile.deep_ensemble`
-        (``optimizer``, ``batch_size``, ``max_epochs``, ``patience``, ``validation``, ...).
+        (``optimizer``, ``batch_size``, ``max_epochs``, ``patience``, ``validation``,
+        ``early_stopping``, ...).
     :param phase_split: fractions of ``num_warmup`` spent in Phases I, II and III.
     :param target_energy_variance: (start, end) of the energy variance per dimension targeted by
-        the step-size adaptation; it falls linearly over Phases I+II.
+        the step-size adaptation over Phases I+II.
+    :param target_schedule: how the target goes from start to end: ``"linear"``,
+        ``"exponential"`` (``start e^(-i/tau) + end (1 - e^(-i/tau))``, ``tau = (n1 + n2 + 1) / 4``
+        with ``n1``, ``n2`` the Phase I and II lengths), or ``"auto"`` (default, as the MILE
+        reference code: exponential when the start is above 2, else linear).
     :param n_eff: effective window (in steps) of the step-size averages.
     :param trust: width of the weighting of step-size estimates in log space (in units of 6).
     :param L_factor: factor of Phase III's ESS-based L (0.4).
     :param initial_step_size: starting step size (the pretraining learning rate, 1e-3).
     :param initial_L: starting L; default ``max(sqrt(d), 15)``.
     :param ess_num_coords: at most this many randomly chosen coordinates enter Phase III's ESS.
-    :param max_stored_samples: at most this many Phase III positions are stored per chain (thinned).
+    :param max_stored_samples: at most this many Phase III positions are stored per chain
+        (thinned; default 10,000 as the MILE reference). Memory: ``num_chains x stored x
+        min(d, ess_num_coords)`` floats, included in :meth:`estimate_cost`'s ``state_bytes``.
+        Coordinates whose Phase III ESS is 0, NaN or infinite are left out of the mean that
+        sets L; when none is usable the Phase II L is kept, with a warning.
     :param init_strategy: NumPyro init strategy when not pretraining.
     :param map_steps: Adam steps on the potential before tuning, when not pretraining.
     :param map_learning_rate: learning rate of those Adam steps.
@@ -183,26 +217,37 @@ class MILE(MCMCKernel):
 
     def __init__(
         self,
-        model: Callable,
+        model: Callable | None = None,
         *,
+        potential_fn: Callable | None = None,
         pretrain: bool = True,
         ensemble_options: dict | None = None,
         phase_split: tuple[float, float, float] = (0.8, 0.1, 0.1),
         target_energy_variance: tuple[float, float] = (0.5, 0.1),
+        target_schedule: str = "auto",
         n_eff: float = 100.0,
         trust: float = 1.5,
         L_factor: float = 0.4,
         initial_step_size: float = 1e-3,
         initial_L: float | None = None,
         ess_num_coords: int = 2000,
-        max_stored_samples: int = 1000,
+        max_stored_samples: int = 10_000,
         init_strategy: Callable = init_to_uniform,
         map_steps: int = 0,
         map_learning_rate: float = 1e-2,
     ):
-        if model is None or not callable(model):
-            raise ValueError("MILE needs a NumPyro model (a callable), e.g. MILE(mlp_regression).")
+        if (model is None) == (potential_fn is None):
+            raise ValueError("MILE needs exactly one of a NumPyro model (MILE(mlp_regression)) or a potential "
+                             "function (MILE(potential_fn=U), with init_params passed to mcmc.run).")
+        target = model if potential_fn is None else potential_fn
+        if not callable(target):
+            raise ValueError(f"MILE's {'model' if potential_fn is None else 'potential_fn'} must be callable, "
+                             f"got {type(target).__name__}.")
+        if target_schedule not in adaptation.TARGET_SCHEDULES:
+            raise ValueError(f"target_schedule must be one of {adaptation.TARGET_SCHEDULES}, got {target_schedule!r}.")
         self._model = model
+        self._potential_fn = potential_fn
+        self.target_schedule = target_schedule
         self.pretrain = pretrain
         self.ensemble_options = dict(ensemble_options or {})
         self.phase_split = tuple(phase_split)
@@ -220,6 +265,7 @@ class MILE(MCMCKernel):
         self._coords = None
         self._batched = False
         self._num_warmup = None
+        self._sample_fn = None  # set by init; NumPyro re-runs init (and pretraining) while it is None
 
     # ------------------------------------------------------------------ NumPyro interface
     @property
@@ -251,16 +297,22 @@ class MILE(MCMCKernel):
         num_chains = keys.shape[0]
         self._schedule = adaptation.make_schedule(
             num_warmup, phase_split=self.phase_split, target_energy_variance=self.target_energy_variance,
-            n_eff=self.n_eff, trust=self.trust, L_factor=self.L_factor,
+            target_schedule=self.target_schedule, n_eff=self.n_eff, trust=self.trust, L_factor=self.L_factor,
             max_stored_samples=self.max_stored_samples,
         )
         self._num_warmup = num_warmup
-
-        trace = mu.trace_model(self._model, model_args, model_kwargs, keys[0])
-        mu.check_continuous(trace, "MILE")
-        mu.check_full_batch(trace, "MILE")
         chain_keys = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
         pretrain_keys, init_keys, state_keys = chain_keys[:, 0], chain_keys[:, 1], chain_keys[:, 2]
+
+        if self._potential_fn is not None:
+            init_params = self._check_potential_init_params(init_params, num_chains)
+            self._potential_fn_gen = lambda *args, **kwargs: self._potential_fn
+            self._postprocess_fn_gen = None
+            return self._init_state(init_params, state_keys, self._potential_fn)
+
+        trace = mu.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
+        mu.check_continuous(trace, "MILE")
+        mu.check_full_batch(trace, "MILE")
         model = self._model
         self._potential_fn_gen = lambda *args, **kwargs: partial(potential_energy, model, args, kwargs)
         self._postprocess_fn_gen = lambda *args, **kwargs: partial(
@@ -268,7 +320,10 @@ class MILE(MCMCKernel):
         potential_fn = self._potential_fn_gen(*model_args, **model_kwargs)
 
         if init_params is None:
-            if self.pretrain and mu.DATA_PLATE in mu.plates(trace):
+            plate_name = self.ensemble_options.get("plate_name")
+            has_plate = (mu.observation_plate(trace) if plate_name is None
+                         else mu.plates(trace).get(plate_name)) is not None
+            if self.pretrain and has_plate:
                 options = {"progress_bar": True, **self.ensemble_options}
                 ensemble = fit_members(self._model, pretrain_keys, model_args, model_kwargs, **options)
                 if is_concrete(pretrain_keys):  # not under pmap: keep the ensemble for the user
@@ -285,7 +340,10 @@ class MILE(MCMCKernel):
                     init_params = jax.vmap(self._map_optimise, (0, None))(init_params, potential_fn)
         else:
             init_params = self._check_init_params(init_params, trace, num_chains)
+        return self._init_state(init_params, state_keys, potential_fn)
 
+    def _init_state(self, init_params, state_keys, potential_fn) -> MILEState:
+        """The initial state of every chain from ``init_params`` (a pytree with a leading chain axis)."""
         flat, _ = ravel_pytree(jax.tree.map(lambda x: x[0], init_params))
         dim = int(flat.shape[0])
         if dim < 2:
@@ -314,6 +372,7 @@ class MILE(MCMCKernel):
         state = jax.jit(jax.vmap(init_chain, out_axes=self._state_axes()))(init_params, state_keys)
         if not self._batched:
             state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
+        self._sample_fn = self.sample  # initialised: a run from mcmc.post_warmup_state does not call init again
         return state
 
     def sample(self, state: MILEState, model_args, model_kwargs) -> MILEState:
@@ -379,6 +438,8 @@ class MILE(MCMCKernel):
         """
         from ..streaming import storage_dtype
 
+        if self._model is None:
+            raise ValueError("estimate_cost needs a NumPyro model; a MILE(potential_fn=...) kernel has none.")
         if method not in ("step", "gradient"):
             raise ValueError(f"method must be 'step' or 'gradient', got {method!r}.")
         if int(thinning) < 1 or int(num_samples) < 0 or int(num_chains) < 1:
@@ -417,6 +478,8 @@ class MILE(MCMCKernel):
         wall, cpu = wall / per_call, cpu / per_call
 
         schedule = adaptation.make_schedule(num_warmup, phase_split=self.phase_split,
+                                            target_energy_variance=self.target_energy_variance,
+                                            target_schedule=self.target_schedule,
                                             max_stored_samples=self.max_stored_samples)
         state_bytes = num_chains * itemsize * (5 * dim + schedule.num_stored * min(dim, self.ess_num_coords))
         one = jax.eval_shape(partial(constrain_fn, self._model, model_args, model_kwargs, return_deterministic=True),
@@ -437,6 +500,29 @@ class MILE(MCMCKernel):
     def _state_axes(self) -> MILEState:
         return MILEState(None, 0, 0, 0, 0, 0, 0, 0)
 
+    def _check_potential_init_params(self, init_params, num_chains):
+        """``init_params`` of a ``potential_fn`` run, validated, with a leading chain axis."""
+        if init_params is None:
+            raise ValueError(
+                "MILE(potential_fn=...) needs init_params: pass mcmc.run(key, init_params=x0) with x0 a position "
+                "(an array or a pytree of arrays) the potential accepts, with a leading axis of size num_chains "
+                "for chain_method='vectorized'."
+            )
+        leaves = jax.tree.leaves(init_params)
+        if not leaves:
+            raise ValueError("init_params of MILE(potential_fn=...) must hold at least one array.")
+        init_params = jax.tree.map(jnp.asarray, init_params)
+        if any(leaf.dtype.kind not in "f" for leaf in jax.tree.leaves(init_params)):
+            raise ValueError("init_params of MILE(potential_fn=...) must be floating-point arrays "
+                             "(e.g. jnp.zeros(3), not integers).")
+        if self._batched:
+            bad = [jnp.shape(leaf) for leaf in jax.tree.leaves(init_params) if jnp.shape(leaf)[:1] != (num_chains,)]
+            if bad:
+                raise ValueError(f"init_params for {num_chains} vectorized chains need a leading axis of size "
+                                 f"{num_chains}; got arrays of shape {bad}.")
+            return init_params
+        return jax.tree.map(lambda x: x[None], init_params)
+
     def _check_init_params(self, init_params, trace, num_chains):
         sites = mu.latent_sites(trace)
         if not isinstance(init_params, dict) or set(init_params) != set(sites):
@@ -446,8 +532,9 @@ class MILE(MCMCKernel):
                 f"got {got}. Use deep_ensemble(...).init_params or initialize_model(...).param_info.z."
             )
         lead = (num_chains,) if self._batched else ()
-        for name, site in sites.items():
-            expected = lead + tuple(jnp.shape(site["value"]))
+        shapes = mu.unconstrained_shapes(trace)
+        for name in sites:
+            expected = lead + shapes[name]
             if tuple(jnp.shape(init_params[name])) != expected:
                 raise ValueError(
                     f"init_params[{name!r}] has shape {tuple(jnp.shape(init_params[name]))}, expected {expected} "
@@ -500,8 +587,8 @@ class MILE(MCMCKernel):
         return MILEState(i + 1, dynamics, step_size, L, adapt, info.energy_change,
                          state.num_nans + jnp.where(info.finite, 0, 1), key)
 
-    def _tuned_L(self, samples, step_size) -> jax.Array:
-        return adaptation.L_from_ess(samples, step_size, self._schedule, mclmc.ess)
+    def _tuned_L(self, samples, step_size, phase2_L) -> tuple[jax.Array, jax.Array]:
+        return adaptation.L_from_ess(samples, step_size, self._schedule, mclmc.ess, phase2_L)
 
     def _step(self, state: MILEState, potential_fn) -> MILEState:
         axes = self._state_axes()
@@ -513,8 +600,12 @@ class MILE(MCMCKernel):
         new_state = chain_step(state)
         # end of warmup: L from the Phase III ESS; the branch predicate is the shared counter, so the FFT
         # runs once, and only L (not the state with its sample buffer) passes through the cond
-        L = jax.lax.cond(state.i == self._num_warmup - 1,
-                         lambda: tuned_L(new_state.adapt.samples, new_state.step_size), lambda: new_state.L)
+        def end_of_warmup():
+            L, ok = tuned_L(new_state.adapt.samples, new_state.step_size, new_state.L)
+            jax.lax.cond(jnp.all(ok), lambda: None, lambda: jax.debug.callback(_warn_no_ess, ok))
+            return L
+
+        L = jax.lax.cond(state.i == self._num_warmup - 1, end_of_warmup, lambda: new_state.L)
         new_state = new_state._replace(L=L)
         new_nans = jnp.sum(new_state.num_nans - state.num_nans)
         jax.lax.cond(
