@@ -34,7 +34,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 FIELDS = ["dataset", "seed", "method", "rmse", "lppd", "de_seconds", "sampler_seconds", "compile_seconds",
           "grad_evals", "ess", "crhat", "num_nans", "num_chains", "budget", "stats", "versions", "machine",
-          "sampler_cpu_seconds", "bde_warmup_seconds", "projected_seconds", "loadavg", "crhat_method"]
+          "sampler_cpu_seconds", "bde_warmup_seconds", "projected_seconds", "loadavg", "crhat_method",
+          "de_early_stopping"]
 # definitions of the cR-hat column (numpyro_mile.diagnostics.chainwise_rhat's `method`); rows written before the
 # crhat_method column existed were measured with ArviZ's variant
 CRHAT_LABELS = {"arviz_rank": "ArviZ rank variant", "mile": "MILE reference"}
@@ -48,21 +49,21 @@ CRHAT_NOTES = {
 
 PROFILES = {
     # the paper: K = 12, MILE 50k warmup + 10k samples thinned by 10; BDE 1000 samples (100 / 1000 warmup)
-    "full": dict(datasets=["airfoil", "concrete", "energy", "yacht", "bikesharing", "protein"], seeds=[1, 2, 3],
+    "full": dict(de_early_stopping="mile", datasets=["airfoil", "concrete", "energy", "yacht", "bikesharing", "protein"], seeds=[1, 2, 3],
                  chains=12, mile_warmup=50_000, mile_samples=10_000, thinning=10, bde_samples=1000,
                  bde_warmups=[100, 1000], max_epochs=500),
     # the paper's MILE budget and K on the four small sets, one seed; BDE shortened to 200 samples
-    "medium": dict(datasets=["yacht", "energy", "concrete", "airfoil"], seeds=[1], chains=12, mile_warmup=50_000,
+    "medium": dict(de_early_stopping="mile", datasets=["yacht", "energy", "concrete", "airfoil"], seeds=[1], chains=12, mile_warmup=50_000,
                    mile_samples=10_000, thinning=10, bde_samples=200, bde_warmups=[100], max_epochs=500),
     # the paper's MILE budget and K on the four small sets, three seeds; BDE (100 warmup) draws 200 samples and its
     # time for the paper's 1000 is projected from the measured time per draw (see experiments.run_bde)
-    "paper": dict(datasets=["yacht", "energy", "concrete", "airfoil"], seeds=[1, 2, 3], chains=12, mile_warmup=50_000,
+    "paper": dict(de_early_stopping="mile", datasets=["yacht", "energy", "concrete", "airfoil"], seeds=[1, 2, 3], chains=12, mile_warmup=50_000,
                   mile_samples=10_000, thinning=10, bde_samples=200, bde_warmups=[100], max_epochs=500,
                   bde_projected_samples=1000),
     # bikesharing and protein at short budgets (the paper's take hours per run on two CPU cores): K = 12 for DE
     # and MILE, BDE on the first 2 members only; both times projected to the paper's budgets (MILE 50k + 10k steps;
     # BDE 12 chains x (100 warmup + 1000 draws)) from the measured cost per step / per iteration
-    "large": dict(datasets=["bikesharing", "protein"], seeds=[1], chains=12, mile_warmup=1000, mile_samples=500,
+    "large": dict(de_early_stopping="mile", datasets=["bikesharing", "protein"], seeds=[1], chains=12, mile_warmup=1000, mile_samples=500,
                   thinning=10, bde_samples=10, bde_warmups=[20], max_epochs=500, mile_projected_steps=60_000,
                   bde_chains=2, bde_projected_warmup=100, bde_projected_samples=1000),
     "quick": dict(datasets=["yacht", "energy"], seeds=[1], chains=4, mile_warmup=2000, mile_samples=1000,
@@ -135,12 +136,13 @@ def run_one(dataset: str, seed: int, profile: dict, args, csv_path: Path, done: 
     (train, val, test), _ = standardize(split(X, y, seed=seed), stats=args.stats)
     key_de, key_mile, key_bde = jax.random.split(jax.random.PRNGKey(seed), 3)
     start = time.perf_counter()
+    early_stopping = profile.get("de_early_stopping", "best")  # "mile": the reference code's rule (final params)
     de = deep_ensemble(mlp_regression, key_de, profile["chains"], *train, validation=val,
-                       max_epochs=profile["max_epochs"], progress_bar=False)
+                       max_epochs=profile["max_epochs"], early_stopping=early_stopping, progress_bar=False)
     de_seconds = time.perf_counter() - start
     print(f"[{dataset} seed {seed}] DE {de_seconds:.1f} s", file=sys.stderr)
     common = dict(dataset=dataset, seed=seed, de_seconds=round(de_seconds, 3), num_chains=profile["chains"],
-                  stats=args.stats, versions=versions(), machine=machine())
+                  stats=args.stats, versions=versions(), machine=machine(), de_early_stopping=early_stopping)
 
     def finite(x):
         return round(x, 3) if np.isfinite(x) else ""
@@ -371,6 +373,22 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
+def early_stopping_note(csv_path: Path, profile: dict) -> str:
+    """A sentence on the deep ensemble's early-stopping rule: the profile's, and that of rows measured before."""
+    with csv_path.open() as f:
+        rules = [r.get("de_early_stopping") or "" for r in csv.DictReader(f)]
+    rule = profile.get("de_early_stopping", "best")
+    text = (f"\nDeep ensemble early stopping (`deep_ensemble(early_stopping=...)`): this profile uses '{rule}'"
+            + (" (the MILE reference code's rule: stop when each of the last 10 validation losses is >= the loss "
+               "11 epochs back, keep the final parameters)" if rule == "mile" else " (keep the best parameters)"))
+    old = sum(1 for r in rules if not r)
+    if old:
+        text += (f"; {old} of {len(rules)} rows were measured before the option existed, with 'best' (patience 10, "
+                 "best parameters), and with MILE's Phase III keeping at most 1,000 thinned positions per chain for "
+                 "its ESS (the default is now 10,000, as the reference code); they are not rerun")
+    return text + ".\n"
+
+
 def render(out: Path, args, command: str, profile: dict) -> None:
     """results.md (tables + targets) and lppd_vs_time.png from ``out/results.csv``."""
     csv_path = out / "results.csv"
@@ -389,6 +407,7 @@ def render(out: Path, args, command: str, profile: dict) -> None:
         "A budget marked 'projected' was run short: RMSE, LPPD, ESS and cR-hat are the short run's, and only its "
         "time is projected to the stated budget from the measured cost per step (MILE) or per warmup iteration "
         "and per draw (BDE; see numpyro_mile.experiments.run_bde).\n"
+        + early_stopping_note(csv_path, profile)
         + (f"\nNot run yet (the run is resumable): {', '.join(missing)}.\n" if missing else "")
         + "\n" + table + "\n\n![LPPD vs sampler time](lppd_vs_time.png)\n")
     plot(csv_path, out / "lppd_vs_time.png")

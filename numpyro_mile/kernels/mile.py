@@ -178,8 +178,9 @@ class MILE(MCMCKernel):
         the step-size adaptation over Phases I+II.
     :param target_schedule: how the target goes from start to end: ``"linear"``,
         ``"exponential"`` (``start e^(-i/tau) + end (1 - e^(-i/tau))``, ``tau = (n1 + n2 + 1) / 4``
-        with ``n1``, ``n2`` the Phase I and II lengths), or ``"auto"`` (default, as the MILE
-        reference code: exponential when the start is above 2, else linear).
+        with ``n1``, ``n2`` the Phase I and II lengths; it ends ``e^-4`` of the way short of
+        ``end``), or ``"auto"`` (default, as the MILE reference code: exponential when the start
+        is above 2, else linear).
     :param n_eff: effective window (in steps) of the step-size averages.
     :param trust: width of the weighting of step-size estimates in log space (in units of 6).
     :param L_factor: factor of Phase III's ESS-based L (0.4).

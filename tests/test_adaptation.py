@@ -1,0 +1,134 @@
+"""MILE's tuning options as the reference code defines them: target schedule, Phase III buffer, robust ESS."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from blackjax.diagnostics import effective_sample_size
+from numpyro.infer import MCMC
+
+from numpyro_mile import MILE, adaptation, mclmc
+
+
+# ---------------------------------------------------------------------------------------------- target schedule
+def targets(schedule, steps):
+    return np.array([float(adaptation.target_energy_variance(i, schedule)) for i in steps])
+
+
+def test_auto_schedule_is_exponential_above_two_as_the_reference():
+    schedule = adaptation.make_schedule(1000, target_energy_variance=(10.0, 0.1))
+    assert schedule.exponential and (schedule.num_phase1, schedule.num_phase2) == (800, 100)
+    tau = (800 + 100 + 1) / 4
+    steps = np.array([0, 1, 100, 450, 899])
+    expected = 10.0 * np.exp(-steps / tau) + 0.1 * (1 - np.exp(-steps / tau))
+    np.testing.assert_allclose(targets(schedule, steps), expected, rtol=1e-5)
+    # halfway it is e^-2 of the way from the end: well below the linear schedule's midpoint
+    assert targets(schedule, [450])[0] < (10.0 + 0.1) / 2 / 3
+
+
+def test_auto_schedule_is_linear_up_to_two_and_the_option_overrides():
+    linear = adaptation.make_schedule(1000, target_energy_variance=(2.0, 0.1))
+    assert not linear.exponential
+    np.testing.assert_allclose(targets(linear, [0, 899, 950]), [2.0, 0.1, 0.1], rtol=1e-6)
+    np.testing.assert_allclose(targets(linear, [449.5]), [2.0 + (0.1 - 2.0) * 449.5 / 899], rtol=1e-6)
+    assert adaptation.make_schedule(1000, target_energy_variance=(0.5, 0.1), target_schedule="exponential").exponential
+    assert not adaptation.make_schedule(1000, target_energy_variance=(100.0, 0.1), target_schedule="linear").exponential
+    with pytest.raises(ValueError, match="target_schedule must be one of"):
+        adaptation.make_schedule(1000, target_schedule="cosine")
+    with pytest.raises(ValueError, match="target_schedule must be one of"):
+        MILE(lambda: None, target_schedule="cosine")
+
+
+def gaussian_2d():
+    numpyro.sample("x", dist.Normal(0.0, jnp.array([1.0, 2.0])))
+
+
+def test_exponential_schedule_sets_the_sampling_step_size_in_the_kernel():
+    """Starting at 10 (the reference ablation), the step size follows the exponential target.
+
+    Its last Phase II value is ``10 e^-4 + 0.1 (1 - e^-4) = 0.28`` (the reference's schedule stops
+    e^-4 short of its end value): the sampling phase's energy variance matches that, not the linear
+    schedule's 0.1.
+    """
+    kernel = MILE(gaussian_2d, target_energy_variance=(10.0, 0.1))
+    mcmc = MCMC(kernel, num_warmup=4000, num_samples=8000, num_chains=2, chain_method="vectorized",
+                progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), extra_fields=("energy_change",))
+    schedule = kernel._schedule
+    assert schedule.exponential
+    last = float(adaptation.target_energy_variance(schedule.num_phase1 + schedule.num_phase2 - 1, schedule))
+    assert last == pytest.approx(10 * math.exp(-4) + 0.1 * (1 - math.exp(-4)), rel=0.01)
+    energy_variance = np.mean(np.asarray(mcmc.get_extra_fields()["energy_change"]) ** 2) / 2
+    assert last / 1.5 < energy_variance < 1.5 * last, energy_variance
+
+
+# ---------------------------------------------------------------------------------------------- Phase III buffer
+def test_phase3_keeps_up_to_ten_thousand_positions_by_default():
+    paper = adaptation.make_schedule(50_000)  # n3 = 5,000: every step kept
+    assert (paper.thin3, paper.num_stored) == (1, 5000)
+    long = adaptation.make_schedule(500_000)  # n3 = 50,000: thinned by 5 to 10,000
+    assert (long.thin3, long.num_stored) == (5, 10_000)
+    assert adaptation.make_schedule(500_000, max_stored_samples=1000).num_stored == 1000
+    with pytest.raises(ValueError, match="max_stored_samples"):
+        adaptation.make_schedule(1000, max_stored_samples=0)
+
+
+def test_cost_estimate_counts_the_phase3_buffer():
+    def model():
+        numpyro.sample("x", dist.Normal(0.0, 1.0).expand([30]))
+
+    cost = MILE(model).estimate_cost(jax.random.PRNGKey(0), num_warmup=200_000, num_samples=100, num_chains=3,
+                                     min_seconds=0.01)
+    stored = adaptation.make_schedule(200_000).num_stored
+    assert stored == 10_000
+    assert cost.state_bytes == 3 * 4 * (5 * 30 + stored * 30)
+
+
+# ---------------------------------------------------------------------------------------------- robust ESS -> L
+def test_L_from_ess_averages_over_finite_positive_values_only():
+    schedule = adaptation.make_schedule(1000)
+    ess = jnp.array([10.0, jnp.nan, 0.0, jnp.inf, 50.0])
+    L, ok = adaptation.L_from_ess(None, 0.2, schedule, lambda _: ess, fallback_L=7.0)
+    assert bool(ok)
+    np.testing.assert_allclose(float(L), 0.4 * 0.2 * np.mean([100 / 10.0, 100 / 50.0]), rtol=1e-6)
+    L, ok = adaptation.L_from_ess(None, 0.2, schedule, lambda _: jnp.array([jnp.nan, 0.0, -jnp.inf]), 7.0)
+    assert not bool(ok) and float(L) == 7.0
+
+
+def run_short(num_warmup=400):
+    mcmc = MCMC(MILE(gaussian_2d), num_warmup=num_warmup, num_samples=10, num_chains=2, chain_method="vectorized",
+                progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(1))
+    return mcmc
+
+
+def test_kernel_leaves_out_unusable_ess_coordinates(monkeypatch):
+    real_ess = mclmc.ess
+    monkeypatch.setattr(mclmc, "ess", lambda samples: real_ess(samples).at[0].set(jnp.nan))  # coordinate 0 unusable
+    mcmc = run_short()
+    state = mcmc.last_state
+    schedule = mcmc.sampler._schedule
+    for chain in range(2):
+        samples = state.adapt.samples[chain]
+        ess1 = float(effective_sample_size(samples[None], chain_axis=0, sample_axis=1)[1])
+        expected = 0.4 * float(state.step_size[chain]) * schedule.num_phase3 / ess1
+        np.testing.assert_allclose(float(state.L[chain]), expected, rtol=1e-4)
+
+
+def test_kernel_keeps_the_phase2_L_and_warns_when_no_ess_is_usable(monkeypatch):
+    reference = run_short(num_warmup=400)
+    monkeypatch.setattr(mclmc, "ess", lambda samples: jnp.full(samples.shape[1], jnp.nan))
+    with pytest.warns(RuntimeWarning, match="keep the Phase II L"):
+        mcmc = run_short(num_warmup=400)
+    L = np.asarray(mcmc.last_state.L)
+    assert np.all(np.isfinite(L)) and np.all(L > 0)
+    # the Phase II L: sqrt of the summed Phase II variances, as accumulated in the state
+    adapt = mcmc.last_state.adapt
+    phase2_L = np.sqrt(np.sum(np.asarray(adapt.m2) / np.asarray(adapt.weight_sum)[:, None], axis=1))
+    np.testing.assert_allclose(L, phase2_L, rtol=1e-5)
+    assert not np.allclose(L, np.asarray(reference.last_state.L))  # the ESS-based L differs
+    assert math.isfinite(float(np.sum(mcmc.get_samples()["x"])))
