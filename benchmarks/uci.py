@@ -380,7 +380,7 @@ def early_stopping_note(csv_path: Path, profile: dict) -> str:
     rule = profile.get("de_early_stopping", "best")
     text = (f"\nDeep ensemble early stopping (`deep_ensemble(early_stopping=...)`): this profile uses '{rule}'"
             + (" (the MILE reference code's rule: stop when each of the last 10 validation losses is >= the loss "
-               "11 epochs back, keep the final parameters)" if rule == "mile" else " (keep the best parameters)"))
+               "just before them, keep the final parameters)" if rule == "mile" else " (keep the best parameters)"))
     old = sum(1 for r in rules if not r)
     if old:
         text += (f"; {old} of {len(rules)} rows were measured before the option existed, with 'best' (patience 10, "

@@ -79,12 +79,14 @@ def should_stop(rule: str, wait, recent_val, patience: int):
 
     ``"best"``: the validation loss has not improved on its best for ``patience`` epochs
     (``wait >= patience``). ``"mile"`` (the MILE reference code): each of the last ``patience``
-    validation losses is >= the loss ``patience + 1`` epochs ago (``recent_val`` holds the last
-    ``patience + 1`` losses, oldest first, ``inf`` where there are fewer epochs, which never stops).
+    validation losses is >= the loss just before them, ``patience`` epochs before the current one
+    (``recent_val`` holds the last ``patience + 1`` losses, oldest first, ``inf`` where there are
+    fewer epochs, which never stops); a non-finite loss (a diverged member) stops at once.
     """
     if rule == "best":
         return wait >= patience
-    return jnp.all(recent_val[1:] >= recent_val[0]) & jnp.isfinite(recent_val[0])
+    diverged = ~jnp.isfinite(recent_val[-1])
+    return (jnp.all(recent_val[1:] >= recent_val[0]) & jnp.isfinite(recent_val[0])) | diverged
 
 
 def default_optimizer() -> optax.GradientTransformation:
@@ -186,7 +188,8 @@ def fit_members(
         return -mu.observed_log_likelihood(model, args, model_kwargs, values, plate_indices) / num_rows
 
     probe_params = init_member_params(jax.random.PRNGKey(0), trace)
-    probe_rows = jnp.arange(min(batch_size, max(n - 1, 1)))
+    # at least 2 rows: a model that does not index its data broadcasts a 1-row plate against all N rows unnoticed
+    probe_rows = jnp.arange(min(max(batch_size, 2), max(n - 1, 1)))
     reason = _minibatch_failure(nll, probe_params, model_args, probe_rows, n) if n > 1 else None
     full_batch = reason is not None
     if full_batch and not isinstance(validation, (tuple, list)) and validation is not None:
@@ -249,7 +252,7 @@ def fit_members(
         val = losses.mean() if val_loss_fn is None else val_loss_fn(params)
         improved = (val < state.best_val) & ~state.stopped
         if val_loss_fn is None or early_stopping == "mile":
-            improved = ~state.stopped  # keep the final parameters
+            improved = ~state.stopped & jnp.isfinite(val)  # keep the final (finite) parameters
         wait = jnp.where(improved, 0, state.wait + 1)
         recent = jnp.where(state.stopped, state.recent_val, jnp.append(state.recent_val[1:], val))
         stop = should_stop(early_stopping, wait, recent, patience) if val_loss_fn is not None else False
@@ -371,7 +374,8 @@ def deep_ensemble(
     :param early_stopping: ``"best"`` (default): stop when the validation NLL has not improved on
         its best for ``patience`` epochs and return the best parameters. ``"mile"``: the MILE
         reference code's rule: stop when each of the last ``patience`` validation losses is >=
-        the loss ``patience + 1`` epochs ago, and return the final parameters.
+        the loss just before them (``patience`` epochs before the current one), or the loss is not
+        finite, and return the final (last finite) parameters.
     :param progress_bar: show a tqdm bar over epochs (off when ``$CI`` is set).
     :param model_kwargs: keyword arguments of the model (e.g. ``hidden=(16, 16)``).
     :return: a :class:`DeepEnsemble`.

@@ -97,7 +97,7 @@ def _split_dynamic(args: tuple, kwargs: dict):
 def full_plate_model(model: Callable, model_args: tuple = (), model_kwargs: dict | None = None) -> Callable:
     """``model`` with every subsampled plate evaluated on all of its rows.
 
-    Traces ``model(*model_args, **model_kwargs)`` once (latent sites drawn from the prior)
+    Traces ``model(*model_args, **model_kwargs)`` once (latent values from ``init_to_uniform``)
     and, when a plate has ``subsample_size`` smaller than its size, substitutes the indices
     ``arange(size)`` for that plate. NumPyro then sets the plate's scale to 1, so the
     log-likelihood and the outputs cover every observation exactly once. Models without a

@@ -236,8 +236,8 @@ def to_inference_data(
         observed = {
             name: np.asarray(site["value"])
             for name, site in trace.items()
-            if site["type"] == "sample" and site["is_observed"]
-        }
+            if site["type"] == "sample" and site["is_observed"] and not site.get("infer", {}).get("is_auxiliary")
+        }  # numpyro.factor sites are auxiliary, not data
         if observed:
             groups["observed_data"] = observed
 

@@ -230,3 +230,36 @@ def test_icsgld_factor_target_importance_weighted_mean():
     se = SCALE / np.sqrt(np.asarray(ess(x)))
     # importance weighting inflates the error by 1 / (1 - ...) at most a few-fold here: allow 3x the plain MC error
     assert np.all(np.abs(weighted_mean - MEAN) < 3 * 5 * se), (weighted_mean, se)
+
+
+def test_local_latents_in_the_observation_plate_skip_pretraining_with_a_reason():
+    y = jnp.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+    sigma = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+
+    def eight_schools(y, sigma):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+        tau = numpyro.sample("tau", dist.HalfCauchy(5.0))
+        with numpyro.plate("J", y.shape[0]):
+            theta = numpyro.sample("theta", dist.Normal(mu, tau))
+            numpyro.sample("obs", dist.Normal(theta, sigma), obs=y)
+
+    with pytest.warns(UserWarning, match=r"latent site\(s\) \['theta'\] lie inside the observation plate 'J'"):
+        mcmc = run_mile(eight_schools, y, sigma, num_warmup=300, num_samples=100, num_chains=2)
+    assert mcmc.sampler.ensembles == [] and np.all(np.isfinite(np.asarray(mcmc.get_samples()["theta"])))
+
+
+def test_nested_observation_plates_say_how_to_name_the_plate():
+    Y = jnp.ones((10, 3))
+
+    def multi_output(Y):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+        with numpyro.plate("rows", Y.shape[0], dim=-2), numpyro.plate("out", Y.shape[1], dim=-1):
+            numpyro.sample("obs", dist.Normal(w, 1.0), obs=Y)
+
+    with pytest.warns(UserWarning, match="no single plate holding the observed"):
+        mcmc = run_mile(multi_output, Y, num_warmup=200, num_samples=50, num_chains=2)
+    assert mcmc.sampler.ensembles == []
+    with pytest.warns(UserWarning, match="trains full-batch"):  # named: pretrained (full-batch: Y is not indexed)
+        mcmc = run_mile(multi_output, Y, num_warmup=200, num_samples=50, num_chains=2,
+                        ensemble_options=dict(plate_name="rows", max_epochs=5, progress_bar=False))
+    assert len(mcmc.sampler.ensembles) == 1

@@ -92,3 +92,23 @@ def test_map_start_without_pretraining():
     kernel = MILE(model, pretrain=False, map_steps=300, map_learning_rate=0.05)
     state = kernel.init(jax.random.split(jax.random.PRNGKey(0), 2), 100, None, (), {})
     np.testing.assert_allclose(state.z["x"], np.array([[3.0, -2.0]] * 2), atol=1e-2)
+
+
+def test_mile_early_stopping_stops_a_diverged_member_and_keeps_finite_parameters():
+    X, y = toy_regression(200)
+    de = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), 2, X, y, hidden=(16,), max_epochs=40, patience=3,
+                       early_stopping="mile", optimizer=optax.sgd(30.0), progress_bar=False)
+    assert np.all(np.asarray(de.num_epochs) < 40)
+    assert all(np.all(np.isfinite(np.asarray(v))) for v in de.init_params.values())
+
+
+def test_one_row_batches_still_detect_a_model_that_does_not_index_its_data():
+    def model(y):
+        p = numpyro.sample("p", dist.Beta(2.0, 2.0))
+        with numpyro.plate("data", y.shape[0]):
+            numpyro.sample("obs", dist.Bernoulli(p), obs=y)  # broadcasts a 1-row plate against all rows
+
+    y = (np.arange(100) % 3 == 0).astype(np.float32)
+    with pytest.warns(UserWarning, match="trains full-batch"):
+        de = deep_ensemble(model, jax.random.PRNGKey(0), 1, y, batch_size=1, max_epochs=3, progress_bar=False)
+    assert float(de.train_loss[0, 0]) < 1.0  # the mean NLL per row (about 0.69), not N times it

@@ -321,10 +321,8 @@ class MILE(MCMCKernel):
         potential_fn = self._potential_fn_gen(*model_args, **model_kwargs)
 
         if init_params is None:
-            plate_name = self.ensemble_options.get("plate_name")
-            has_plate = (mu.observation_plate(trace) if plate_name is None
-                         else mu.plates(trace).get(plate_name)) is not None
-            if self.pretrain and has_plate:
+            has_plate = self.pretrain and self._pretraining_plate(trace) is not None
+            if has_plate:
                 options = {"progress_bar": True, **self.ensemble_options}
                 ensemble = fit_members(self._model, pretrain_keys, model_args, model_kwargs, **options)
                 if is_concrete(pretrain_keys):  # not under pmap: keep the ensemble for the user
@@ -501,19 +499,44 @@ class MILE(MCMCKernel):
     def _state_axes(self) -> MILEState:
         return MILEState(None, 0, 0, 0, 0, 0, 0, 0)
 
+    def _pretraining_plate(self, trace):
+        """The plate pretraining would minibatch, or ``None`` (start from ``init_strategy``), saying why once."""
+        plate_name = self.ensemble_options.get("plate_name")
+        plate = mu.observation_plate(trace) if plate_name is None else mu.plates(trace).get(plate_name)
+        observed = [name for name, site in trace.items() if site["type"] == "sample" and site["is_observed"]
+                    and not site.get("infer", {}).get("is_auxiliary")]
+        if plate is None:
+            if observed:
+                warnings.warn(
+                    f"MILE found no single plate holding the observed site(s) {observed} (none, or several nested "
+                    "ones), so it does not pretrain a deep ensemble and starts from init_strategy. Name the plate: "
+                    "MILE(model, ensemble_options=dict(plate_name=...)), or pass init_params.",
+                    UserWarning, stacklevel=4)
+            return None
+        local = [name for name, site in mu.latent_sites(trace).items()
+                 if any(frame.name == plate.name for frame in site.get("cond_indep_stack", ()))]
+        if local:
+            warnings.warn(
+                f"MILE does not pretrain a deep ensemble for this model: latent site(s) {local} lie inside the "
+                f"observation plate {plate.name!r} (one value per row), which the ensemble's likelihood-only fit "
+                "cannot estimate. It starts from init_strategy; pass init_params to start elsewhere.",
+                UserWarning, stacklevel=4)
+            return None
+        return plate
+
     def _check_potential_init_params(self, init_params, num_chains):
         """``init_params`` of a ``potential_fn`` run, validated, with a leading chain axis."""
         if init_params is None:
             raise ValueError(
                 "MILE(potential_fn=...) needs init_params: pass mcmc.run(key, init_params=x0) with x0 a position "
                 "(an array or a pytree of arrays) the potential accepts, with a leading axis of size num_chains "
-                "for chain_method='vectorized'."
+                "when num_chains > 1."
             )
         leaves = jax.tree.leaves(init_params)
         if not leaves:
             raise ValueError("init_params of MILE(potential_fn=...) must hold at least one array.")
         init_params = jax.tree.map(jnp.asarray, init_params)
-        if any(leaf.dtype.kind not in "f" for leaf in jax.tree.leaves(init_params)):
+        if any(not jnp.issubdtype(leaf.dtype, jnp.floating) for leaf in jax.tree.leaves(init_params)):
             raise ValueError("init_params of MILE(potential_fn=...) must be floating-point arrays "
                              "(e.g. jnp.zeros(3), not integers).")
         if self._batched:
