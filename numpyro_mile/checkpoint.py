@@ -286,10 +286,16 @@ def run_fingerprint(mcmc, model_args: tuple = (), model_kwargs: dict | None = No
     return fingerprint
 
 
+#: kernel settings added after checkpoints were first written, with the value that reproduces the older runs:
+#: a checkpoint without one of them matches a kernel that has this value
+_LATER_SETTINGS = {"target_schedule": "auto", "_potential_fn": None}
+
+
 def _differences(saved: dict, now: dict, prefix: str = "") -> list[str]:
     out = []
     for key in sorted(set(saved) | set(now)):
-        a, b = saved.get(key, "<absent>"), now.get(key, "<absent>")
+        absent = _LATER_SETTINGS.get(key, "<absent>") if prefix == "kernel_settings." else "<absent>"
+        a, b = saved.get(key, absent), now.get(key, absent)
         if isinstance(a, dict) and isinstance(b, dict) and key == "kernel_settings":
             out += _differences(a, b, prefix=f"{key}.")
         elif a != b:

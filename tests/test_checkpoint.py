@@ -293,3 +293,13 @@ def test_sample_store_layout_and_errors(tmp_path):
         run_chunked(sgld_mcmc(), jax.random.PRNGKey(0), DATA, checkpoint_path=tmp_path / "c", chunk_size=0)
     with pytest.raises(TypeError, match="needs a numpyro.infer.MCMC"):
         run_chunked(SGLD(mean_model), jax.random.PRNGKey(0), DATA, checkpoint_path=tmp_path / "c")
+
+
+def test_checkpoints_without_later_settings_match_their_reproducing_values():
+    from numpyro_mile.checkpoint import _differences
+
+    now = {"kernel_settings": {"target_schedule": "auto", "_potential_fn": None, "n_eff": 100.0}}
+    assert _differences({"kernel_settings": {"n_eff": 100.0}}, now) == []
+    changed = {"kernel_settings": {"target_schedule": "linear", "_potential_fn": None, "n_eff": 100.0}}
+    assert _differences({"kernel_settings": {"n_eff": 100.0}}, changed) == [
+        "kernel_settings.target_schedule: checkpoint 'auto', now 'linear'"]
