@@ -51,6 +51,15 @@ def latent_sites(trace: dict) -> dict:
     }
 
 
+def observed_sites(trace: dict) -> dict:
+    """The observed sample sites of a trace (the data), in order; ``numpyro.factor`` sites are not data."""
+    return {
+        name: site
+        for name, site in trace.items()
+        if site["type"] == "sample" and site["is_observed"] and not site.get("infer", {}).get("is_auxiliary")
+    }
+
+
 def unconstrained_shapes(trace: dict) -> dict[str, tuple[int, ...]]:
     """Shape of every latent site in unconstrained space (e.g. ``(K - 1,)`` for a ``Dirichlet`` of size ``K``)."""
     return {
@@ -81,10 +90,9 @@ def observation_plate(trace: dict, preferred: str = DATA_PLATE) -> PlateInfo | N
     if preferred in found:
         return found[preferred]
     common = None
-    for site in trace.values():
-        if site["type"] == "sample" and site["is_observed"] and not site.get("infer", {}).get("is_auxiliary"):
-            names = {frame.name for frame in site.get("cond_indep_stack", ())}
-            common = names if common is None else common & names
+    for site in observed_sites(trace).values():
+        names = {frame.name for frame in site.get("cond_indep_stack", ())}
+        common = names if common is None else common & names
     if common is None or len(common) != 1:
         return None
     return found.get(common.pop())

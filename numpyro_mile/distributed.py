@@ -46,8 +46,10 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from ._arrays import to_host
+from .ensemble import fit_members
 
 __all__ = [
     "CHAIN_AXIS",
@@ -208,21 +210,6 @@ def shard_chains(tree: Any, mesh: Mesh | None = None, num_chains: int | None = N
         return _put_sharded(_pad_host(np.asarray(to_host(leaf)), size), sharding)
 
     return jax.tree.map(place, tree)
-
-
-def to_host(tree: Any) -> Any:
-    """NumPy copies of a pytree of arrays, gathering shards that live in other processes.
-
-    Arrays that this process can read entirely (single process, or replicated) are copied;
-    arrays sharded over several processes are all-gathered (every process must call this).
-    """
-
-    def one(x):
-        if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
-            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-        return np.asarray(x)
-
-    return jax.tree.map(one, tree)
 
 
 def _unpad(tree: Any, num_chains: int) -> Any:
@@ -402,7 +389,6 @@ def sharded_deep_ensemble(
         >>> de.init_params["w0"].shape
         (3, 1, 16)
     """
-    from .ensemble import fit_members  # lazy: ensemble imports to_host from here
 
     if int(num_members) != num_members or num_members < 1:
         raise ValueError(f"num_members must be a positive integer, got {num_members!r}.")

@@ -25,7 +25,7 @@ import optax
 
 from . import _model_utils as mu
 from ._validation import is_concrete
-from .distributed import to_host
+from ._arrays import to_host
 
 logger = logging.getLogger(__name__)
 

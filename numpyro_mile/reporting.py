@@ -233,11 +233,7 @@ def to_inference_data(
     if stats:
         groups["sample_stats"] = stats
     if train_args and trace is not None:
-        observed = {
-            name: np.asarray(site["value"])
-            for name, site in trace.items()
-            if site["type"] == "sample" and site["is_observed"] and not site.get("infer", {}).get("is_auxiliary")
-        }  # numpyro.factor sites are auxiliary, not data
+        observed = {name: np.asarray(site["value"]) for name, site in mu.observed_sites(trace).items()}
         if observed:
             groups["observed_data"] = observed
 

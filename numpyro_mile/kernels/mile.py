@@ -503,8 +503,7 @@ class MILE(MCMCKernel):
         """The plate pretraining would minibatch, or ``None`` (start from ``init_strategy``), saying why once."""
         plate_name = self.ensemble_options.get("plate_name")
         plate = mu.observation_plate(trace) if plate_name is None else mu.plates(trace).get(plate_name)
-        observed = [name for name, site in trace.items() if site["type"] == "sample" and site["is_observed"]
-                    and not site.get("infer", {}).get("is_auxiliary")]
+        observed = list(mu.observed_sites(trace))
         if plate is None:
             if observed:
                 warnings.warn(

@@ -42,7 +42,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
-from ..distributed import to_host
+from .._arrays import to_host
 from ..minibatch import MinibatchModel
 
 __all__ = ["SGLD", "SGLDState", "RunningMoments", "Moments", "langevin_move", "polynomial_schedule", "sgld_transition"]
