@@ -182,7 +182,7 @@ def _decode(node, leaves: list) -> Any:
 _RUNTIME_ATTRS = frozenset({
     "ensembles", "_batched", "_num_warmup", "_schedule", "_coords", "_cache", "_mb", "_sample_fn", "_init_fn",
     "_postprocess_fn", "_potential_fn_gen", "_postprocess_fn_gen", "_inv_transforms", "_dynamic_support",
-    "_prototype_trace", "_model",
+    "_prototype_trace", "_model", "_data",
 })
 
 
@@ -364,6 +364,21 @@ def _read(path) -> tuple[dict, dict]:
     return _decode(meta["structure"], leaves), meta
 
 
+def _without_data(state):
+    """The state without the model data a kernel carries through its loop (MILE's ``data``): checkpoints
+    hold the run's state, not a copy of the data (``run_chunked`` and ``init`` attach it again)."""
+    if getattr(state, "data", None) is not None and hasattr(state, "_replace"):
+        return state._replace(data=None)
+    return state
+
+
+def _with_data_of(state, fresh):
+    """``state`` carrying the data of ``fresh`` (a state just made by ``init`` for the same run)."""
+    if hasattr(state, "data") and getattr(fresh, "data", None) is not None:
+        return state._replace(data=fresh.data)
+    return state
+
+
 def _step_of(state) -> int | None:
     i = getattr(state, "i", None)
     if i is None:
@@ -407,6 +422,7 @@ def save_checkpoint(source, path: str | os.PathLike, *, model_args: tuple = (), 
             fingerprint["data"] = None  # not recorded: not checked on loading
     else:
         state, fingerprint = source, {}
+    state = _without_data(state)
     meta = {"kind": "state", "step": _step_of(state), "num_draws": 0, "fingerprint": fingerprint,
             "metadata": dict(metadata or {})}
     return _write(path, {"state": state}, meta)
@@ -698,7 +714,7 @@ def run_chunked(
     def save(step_done, draws_done):
         meta = {"kind": "chunked", "step": step_done, "num_draws": draws_done, "fingerprint": fingerprint,
                 "metadata": {"kind": "chunked", "layout": layout, "sample_dir": str(sample_dir)}}
-        _write(checkpoint_path, {"state": stacked_state(), "init_keys": keys}, meta)
+        _write(checkpoint_path, {"state": _without_data(stacked_state()), "init_keys": keys}, meta)
 
     if ckpt is None:
         save(0, 0)  # after init (for MILE: after pretraining)
@@ -769,16 +785,14 @@ def _init_states(kernel, layout, keys, num_warmup, init_params, ckpt, args, kwar
     if layout != "sequential":
         if ckpt is None:
             return [_strong(init(keys, init_params))]
-        init(keys, _positions(kernel, ckpt.state))
-        return [_strong(ckpt.state)]
+        fresh = init(keys, _positions(kernel, ckpt.state))
+        return [_strong(_with_data_of(ckpt.state, fresh))]
     num_chains = keys.shape[0]
     if ckpt is None:
         return [_strong(init(keys[c], None if init_params is None else jax.tree.map(lambda x: x[c], init_params)))
                 for c in range(num_chains)]
     saved = [jax.tree.map(lambda x: x[c], ckpt.state) for c in range(num_chains)]
-    for c in range(num_chains):
-        init(keys[c], _positions(kernel, saved[c]))
-    return [_strong(state) for state in saved]
+    return [_strong(_with_data_of(saved[c], init(keys[c], _positions(kernel, saved[c])))) for c in range(num_chains)]
 
 
 def _store_spec(proto: dict, layout: str) -> dict:

@@ -16,14 +16,18 @@ import logging
 import os
 import time
 import warnings
+from functools import partial
 from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from numpyro import handlers
+from numpyro.infer.util import constrain_fn
 
 from . import _model_utils as mu
+from . import _programs
 from ._validation import is_concrete
 from ._arrays import to_host
 
@@ -94,6 +98,10 @@ def default_optimizer() -> optax.GradientTransformation:
     return optax.adamw(1e-3, b1=0.9, b2=0.999, weight_decay=1e-3)
 
 
+#: the optimizer used when none is given (one object, so that its compiled programs are reused)
+_DEFAULT_OPTIMIZER = default_optimizer()
+
+
 def init_member_params(rng_key, trace: dict) -> dict:
     """Initial unconstrained parameters of one member.
 
@@ -101,15 +109,7 @@ def init_member_params(rng_key, trace: dict) -> dict:
     ``fan_in = prod(shape[:-1])``; sites of lower rank (biases, scalars) start at 0. Shapes are
     the unconstrained ones (``K - 1`` for a ``Dirichlet`` of size ``K``).
     """
-    params = {}
-    shapes = mu.unconstrained_shapes(trace)
-    for key, (name, shape) in zip(jax.random.split(rng_key, len(shapes)), shapes.items()):
-        if len(shape) >= 2:
-            fan_in = int(np.prod(shape[:-1]))
-            params[name] = jax.random.normal(key, shape) / np.sqrt(fan_in)
-        else:
-            params[name] = jnp.zeros(shape)
-    return params
+    return _init_params(rng_key, tuple(mu.unconstrained_shapes(trace).items()))
 
 
 def _as_jax_arrays(tree):
@@ -117,14 +117,14 @@ def _as_jax_arrays(tree):
     return jax.tree.map(lambda a: jnp.asarray(a) if isinstance(a, np.ndarray) else a, tree)
 
 
-def _minibatch_failure(nll, params, model_args, indices, n) -> str | None:
+def _minibatch_failure(nll, params, data, indices, n) -> str | None:
     """Why the loss cannot be evaluated on a minibatch of rows (``None`` when it can).
 
     Evaluated abstractly (``jax.eval_shape``, the data closed over as in training): nothing is
     computed or compiled.
     """
     try:
-        jax.eval_shape(lambda p, i: nll(p, model_args, i, n), params, indices)
+        jax.eval_shape(lambda p, i: nll(p, data, i, n), params, indices)
     except (ValueError, TypeError, IndexError) as err:
         return f"{type(err).__name__}: {err}"
     return None
@@ -140,6 +140,116 @@ _FULL_BATCH_WARNING = (
 
 def _progress_enabled(progress_bar: bool) -> bool:
     return progress_bar and not os.environ.get("CI")
+
+
+def _init_params(rng_key, shapes: tuple) -> dict:
+    """:func:`init_member_params` from ``(name, unconstrained shape)`` pairs."""
+    params = {}
+    for key, (name, shape) in zip(jax.random.split(rng_key, len(shapes)), shapes):
+        if len(shape) >= 2:
+            fan_in = int(np.prod(shape[:-1]))
+            params[name] = jax.random.normal(key, shape) / np.sqrt(fan_in)
+        else:
+            params[name] = jnp.zeros(shape)
+    return params
+
+
+def _member_nll(model, plate_name, params, data, indices, num_rows):
+    """Mean negative log-likelihood per row of the rows ``indices`` (``None``: the model's own arrays)."""
+    args, kwargs = data
+    values = constrain_fn(handlers.seed(model, jax.random.PRNGKey(0)), args, kwargs, params)
+    plate_indices = None if indices is None else {plate_name: indices}
+    return -mu.observed_log_likelihood(model, args, kwargs, values, plate_indices) / num_rows
+
+
+class _EpochSetup(NamedTuple):
+    """Everything the compiled epoch closes over (hashable: the key of its compiled program)."""
+
+    model: Callable
+    plate_name: str
+    n: int
+    data_key: tuple
+    val_kind: str  # "none", "rows" (held-out rows of the data) or "data" (separate validation arrays)
+    val_data_key: tuple
+    n_val: int
+    shapes: tuple
+    optimizer: optax.GradientTransformation
+    full_batch: bool
+    batch: int
+    num_batches: int
+    early_stopping: str
+    patience: int
+
+
+def _init_program(setup: _EpochSetup) -> Callable:
+    """Jitted ``member_keys -> MemberState`` (members first)."""
+
+    def init_state(member_key) -> MemberState:
+        params = _init_params(jax.random.fold_in(member_key, -1 % 2**31), setup.shapes)
+        dtype = jnp.result_type(*jax.tree.leaves(params)) if params else jnp.float32
+        return MemberState(params, setup.optimizer.init(params), params, jnp.full((), jnp.inf, dtype),
+                           jnp.zeros((), jnp.int32), jnp.zeros((), bool), jnp.zeros((), jnp.int32),
+                           jnp.full((setup.patience + 1,), jnp.inf, dtype))
+
+    return jax.jit(jax.vmap(init_state))
+
+
+def _epoch_program(setup: _EpochSetup) -> Callable:
+    """Jitted ``(states, epoch, member_keys, (arrays, train_idx, val_idx, val_arrays)) -> (states, (train, val))``:
+    one epoch of every member; the data are arguments (see :mod:`numpyro_mile._programs`)."""
+    nll = partial(_member_nll, setup.model, setup.plate_name)
+    optimizer, batch, num_batches = setup.optimizer, setup.batch, setup.num_batches
+
+    def run_epoch(states, epoch_index, member_keys, arrays):
+        data_arrays, train_idx, val_idx, val_arrays = arrays
+        data = _programs.join_data(setup.data_key, data_arrays)
+
+        def val_loss_fn(params):
+            if setup.val_kind == "rows":
+                return nll(params, data, val_idx, setup.n)
+            val_args, _ = _programs.join_data(setup.val_data_key, val_arrays)
+            return nll(params, (val_args, data[1]), None, setup.n_val)
+
+        def train_step(carry, indices):
+            params, opt_state = carry
+            loss, grads = jax.value_and_grad(nll)(params, data, indices, setup.n)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), loss
+
+        def epoch(state: MemberState, key):
+            if setup.full_batch:  # no indices: the model runs on its own arrays, every row once (scale 1)
+                (params, opt_state), loss = train_step((state.params, state.opt_state), None)
+                losses = loss[None]
+            else:
+                order = jax.random.permutation(key, train_idx)[: num_batches * batch].reshape(num_batches, batch)
+                (params, opt_state), losses = jax.lax.scan(train_step, (state.params, state.opt_state), order)
+            # a stopped member keeps its parameters (it is still computed: members train together)
+            params = jax.tree.map(lambda a, b: jnp.where(state.stopped, b, a), params, state.params)
+            has_val = setup.val_kind != "none"
+            val = val_loss_fn(params) if has_val else losses.mean()
+            improved = (val < state.best_val) & ~state.stopped
+            if not has_val or setup.early_stopping == "mile":
+                improved = ~state.stopped & jnp.isfinite(val)  # keep the final (finite) parameters
+            wait = jnp.where(improved, 0, state.wait + 1)
+            recent = jnp.where(state.stopped, state.recent_val, jnp.append(state.recent_val[1:], val))
+            stop = should_stop(setup.early_stopping, wait, recent, setup.patience) if has_val else False
+            new_state = MemberState(
+                params=params,
+                opt_state=opt_state,
+                best_params=jax.tree.map(lambda a, b: jnp.where(improved, a, b), params, state.best_params),
+                best_val=jnp.where(improved, val, state.best_val).astype(state.best_val.dtype),
+                wait=wait.astype(state.wait.dtype),
+                stopped=state.stopped | stop,
+                epochs=state.epochs + jnp.where(state.stopped, 0, 1).astype(state.epochs.dtype),
+                recent_val=recent.astype(state.recent_val.dtype),
+            )
+            nan = jnp.nan
+            return new_state, (jnp.where(state.stopped, nan, losses.mean()), jnp.where(state.stopped, nan, val))
+
+        keys = jax.vmap(lambda k: jax.random.fold_in(k, epoch_index))(member_keys)
+        return jax.vmap(epoch)(states, keys)
+
+    return jax.jit(run_epoch)
 
 
 def fit_members(
@@ -164,7 +274,7 @@ def fit_members(
     members together or one at a time gives the same members.
     """
     start = time.perf_counter()
-    optimizer = default_optimizer() if optimizer is None else optimizer
+    optimizer = _DEFAULT_OPTIMIZER if optimizer is None else optimizer
     if early_stopping not in EARLY_STOPPING_RULES:
         raise ValueError(f"early_stopping must be one of {EARLY_STOPPING_RULES}, got {early_stopping!r}.")
     model_args, model_kwargs = _as_jax_arrays(tuple(model_args)), _as_jax_arrays(dict(model_kwargs))
@@ -181,16 +291,14 @@ def fit_members(
         )
     plate_name, n = plate.name, plate.size
     mu.check_continuous(trace, "deep_ensemble")
+    data = _programs.split_data(model_args, model_kwargs)
+    shapes = tuple(mu.unconstrained_shapes(trace).items())
+    nll = partial(_member_nll, model, plate_name)
 
-    def nll(params, args, indices, num_rows):
-        values = mu.constrain(trace, params)
-        plate_indices = None if indices is None else {plate_name: indices}
-        return -mu.observed_log_likelihood(model, args, model_kwargs, values, plate_indices) / num_rows
-
-    probe_params = init_member_params(jax.random.PRNGKey(0), trace)
+    probe_params = jax.eval_shape(lambda k: _init_params(k, shapes), jax.random.PRNGKey(0))
     # at least 2 rows: a model that does not index its data broadcasts a 1-row plate against all N rows unnoticed
     probe_rows = jnp.arange(min(max(batch_size, 2), max(n - 1, 1)))
-    reason = _minibatch_failure(nll, probe_params, model_args, probe_rows, n) if n > 1 else None
+    reason = _minibatch_failure(nll, probe_params, (model_args, model_kwargs), probe_rows, n) if n > 1 else None
     full_batch = reason is not None
     if full_batch and not isinstance(validation, (tuple, list)) and validation is not None:
         validation = None  # rows cannot be held out of a model that cannot be indexed
@@ -204,15 +312,14 @@ def fit_members(
         logger.info("deep ensemble: full-batch training (%s)", reason)
 
     train_idx = np.arange(n)
+    val_idx = jnp.zeros((0,), jnp.int32)
+    val_data = _programs.split_data((), {})
     if validation is None:
-        val_loss_fn = None
+        val_kind, n_val = "none", 0
     elif isinstance(validation, (tuple, list)):
-        val_args = tuple(validation)
-        val_trace = mu.trace_model(model, val_args, model_kwargs)
-        n_val = mu.plates(val_trace)[plate_name].size
-
-        def val_loss_fn(params):
-            return nll(params, val_args, None, n_val)
+        val_kind = "data"
+        val_data = _programs.split_data(tuple(validation), model_kwargs)
+        n_val = mu.plates(mu.trace_model(model, tuple(validation), model_kwargs))[plate_name].size
     else:
         fraction = float(validation)
         if not 0.0 < fraction < 1.0:
@@ -221,77 +328,35 @@ def fit_members(
         n_val = max(1, int(round(fraction * n)))
         if n - n_val < 1:
             raise ValueError(f"{n} rows are too few to hold out a validation fraction of {fraction}.")
+        val_kind = "rows"
         val_idx, train_idx = jnp.asarray(np.sort(perm[:n_val])), np.sort(perm[n_val:])
-
-        def val_loss_fn(params):
-            return nll(params, model_args, val_idx, n)
 
     train_idx = jnp.asarray(train_idx)
     batch = n if full_batch else min(batch_size, int(train_idx.shape[0]))
     if not full_batch and batch != len(probe_rows):
-        reason = _minibatch_failure(nll, probe_params, model_args, train_idx[:batch], n)
+        reason = _minibatch_failure(nll, probe_params, (model_args, model_kwargs), train_idx[:batch], n)
         if reason is not None:
             raise ValueError(f"deep-ensemble pretraining failed on a minibatch of {batch} rows: {reason}")
     num_batches = 1 if full_batch else int(train_idx.shape[0]) // batch
 
-    def train_step(carry, indices):
-        params, opt_state = carry
-        loss, grads = jax.value_and_grad(nll)(params, model_args, indices, n)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), loss
-
-    def epoch(state: MemberState, key) -> tuple[MemberState, tuple[jax.Array, jax.Array]]:
-        if full_batch:  # no indices: the model runs on its own arrays, every row once (scale 1)
-            (params, opt_state), loss = train_step((state.params, state.opt_state), None)
-            losses = loss[None]
-        else:
-            order = jax.random.permutation(key, train_idx)[: num_batches * batch].reshape(num_batches, batch)
-            (params, opt_state), losses = jax.lax.scan(train_step, (state.params, state.opt_state), order)
-        # a stopped member keeps its parameters (it is still computed: members train together)
-        params = jax.tree.map(lambda a, b: jnp.where(state.stopped, b, a), params, state.params)
-        val = losses.mean() if val_loss_fn is None else val_loss_fn(params)
-        improved = (val < state.best_val) & ~state.stopped
-        if val_loss_fn is None or early_stopping == "mile":
-            improved = ~state.stopped & jnp.isfinite(val)  # keep the final (finite) parameters
-        wait = jnp.where(improved, 0, state.wait + 1)
-        recent = jnp.where(state.stopped, state.recent_val, jnp.append(state.recent_val[1:], val))
-        stop = should_stop(early_stopping, wait, recent, patience) if val_loss_fn is not None else False
-        new_state = MemberState(
-            params=params,
-            opt_state=opt_state,
-            best_params=jax.tree.map(lambda a, b: jnp.where(improved, a, b), params, state.best_params),
-            best_val=jnp.where(improved, val, state.best_val),
-            wait=wait,
-            stopped=state.stopped | stop,
-            epochs=state.epochs + jnp.where(state.stopped, 0, 1),
-            recent_val=recent,
-        )
-        nan = jnp.nan
-        return new_state, (jnp.where(state.stopped, nan, losses.mean()), jnp.where(state.stopped, nan, val))
-
-    def init_state(key) -> MemberState:
-        params = init_member_params(key, trace)
-        return MemberState(params, optimizer.init(params), params, jnp.asarray(jnp.inf), jnp.asarray(0),
-                           jnp.asarray(False), jnp.asarray(0), jnp.full((patience + 1,), jnp.inf))
-
-    def epoch_keys(epoch_index):
-        return jax.vmap(lambda k: jax.random.fold_in(k, epoch_index))(member_keys)
-
+    setup = _EpochSetup(model, plate_name, n, data.key, val_kind, val_data.key, n_val, shapes, optimizer,
+                        full_batch, batch, num_batches, early_stopping, int(patience))
+    init_states = _programs.program(("ensemble-init", setup), lambda: _init_program(setup))
+    run_epoch = _programs.program(("ensemble-epoch", setup), lambda: _epoch_program(setup))
     num_members = member_keys.shape[0]
-    states = jax.vmap(init_state)(jax.vmap(lambda k: jax.random.fold_in(k, -1 % 2**31))(member_keys))
-    run_epoch = jax.vmap(epoch)
+    states = init_states(member_keys)
+    arrays = (data.arrays, train_idx, val_idx, val_data.arrays)
     if is_concrete(member_keys):
-        run_epoch = jax.jit(run_epoch)
         train_curve, val_curve = [], []
         bar = None
         if _progress_enabled(progress_bar):
             from tqdm.auto import tqdm
 
             bar = tqdm(total=max_epochs, desc="deep ensemble", leave=False)
-            monitored = "train_nll" if val_loss_fn is None else ("val_nll" if early_stopping == "mile" else
-                                                                 "best_val_nll")
+            monitored = "train_nll" if val_kind == "none" else ("val_nll" if early_stopping == "mile" else
+                                                               "best_val_nll")
         for e in range(max_epochs):
-            states, (train_l, val_l) = run_epoch(states, epoch_keys(e))
+            states, (train_l, val_l) = run_epoch(states, jnp.asarray(e, jnp.int32), member_keys, arrays)
             train_curve.append(train_l)
             val_curve.append(val_l)
             if bar is not None:
@@ -313,10 +378,10 @@ def fit_members(
 
         def body(carry):
             e, s, c = carry
-            s, (train_l, val_l) = run_epoch(s, epoch_keys(e))
+            s, (train_l, val_l) = run_epoch(s, e, member_keys, arrays)
             return e + 1, s, c.at[:, :, e].set(jnp.stack([train_l, val_l]))
 
-        _, states, curves = jax.lax.while_loop(cond, body, (0, states, curves))
+        _, states, curves = jax.lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), states, curves))
         train_loss, val_loss = curves[0], curves[1]
 
     init_params = states.best_params

@@ -1,9 +1,14 @@
 """MCLMC dynamics adapter: the only module that imports ``blackjax.mcmc``.
 
 One MCLMC step is BlackJAX's isokinetic McLachlan integrator (minimal-norm, two gradient
-evaluations per step thanks to first-same-as-last) wrapped in a partial momentum refresh
-(``with_isokinetic_maruyama``), with no preconditioning. NumPyro works with potential energies
-(negative log densities); BlackJAX with log densities: the sign is flipped here, once.
+evaluations per step thanks to first-same-as-last) between two half-step partial momentum
+refreshes (BlackJAX's ``partially_refresh_momentum``, as in its ``with_isokinetic_maruyama``),
+with no preconditioning. The integrator is called directly rather than through BlackJAX's
+``mclmc`` kernel: that kernel draws two more random numbers per step for its NaN and
+high-energy handling (a fresh momentum after a rejected step, an energy cutoff MILE does not
+use); here a step whose result is not finite is rejected with a plain select that keeps the
+previous state. NumPyro works with potential energies (negative log densities); BlackJAX with
+log densities: the sign is flipped here, once.
 """
 
 from __future__ import annotations
@@ -15,11 +20,9 @@ import jax.numpy as jnp
 from blackjax.diagnostics import effective_sample_size
 from blackjax.mcmc import integrators
 from blackjax.mcmc import mclmc as _mclmc
-from blackjax.mcmc.integrators import IntegratorState
+from blackjax.mcmc.integrators import IntegratorState, partially_refresh_momentum
 
 __all__ = ["IntegratorState", "StepInfo", "init", "step", "ess"]
-
-_kernel = _mclmc.build_kernel(integrator=integrators.isokinetic_mclachlan)
 
 #: gradient evaluations of one MCLMC step with the McLachlan integrator
 GRAD_EVALS_PER_STEP = 2
@@ -41,14 +44,28 @@ def init(position, potential_fn: Callable, rng_key) -> IntegratorState:
     return _mclmc.init(position, _logdensity(potential_fn), rng_key)
 
 
+def _all_finite(tree) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))
+
+
 def step(rng_key, state: IntegratorState, potential_fn: Callable, L, step_size) -> tuple[IntegratorState, StepInfo]:
     """One MCLMC step with momentum decoherence length ``L`` and step size ``step_size``.
 
-    A step whose new position, momentum, density or energy is not finite is rejected by BlackJAX
-    (the previous position is kept, the momentum redrawn): ``finite`` is then ``False``.
+    Half a partial momentum refresh, one isokinetic McLachlan step (two gradients), half a
+    refresh. A step whose new position, momentum, density, gradient or energy change is not
+    finite is rejected: the previous state is kept (its momentum is refreshed by the next step),
+    ``finite`` is ``False`` and the energy change reported is 0. Uses two random normal vectors.
     """
-    new_state, info = _kernel(rng_key, state, _logdensity(potential_fn), 1.0, L, step_size)
-    return new_state, StepInfo(info.energy_change, jnp.asarray(info.nonans, dtype=bool))
+    key1, key2 = jax.random.split(rng_key)
+    integrate = integrators.isokinetic_mclachlan(_logdensity(potential_fn))
+    half = step_size * 0.5
+    moved = state._replace(momentum=partially_refresh_momentum(state.momentum, key1, half, L))
+    moved, kinetic_change = integrate(moved, step_size)
+    moved = moved._replace(momentum=partially_refresh_momentum(moved.momentum, key2, half, L))
+    energy_change = kinetic_change - moved.logdensity + state.logdensity
+    finite = _all_finite((moved, energy_change))
+    new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), moved, state)
+    return new_state, StepInfo(jnp.where(finite, energy_change, 0.0), finite)
 
 
 def ess(samples: jax.Array) -> jax.Array:

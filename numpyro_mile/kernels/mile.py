@@ -26,6 +26,7 @@ from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
 from numpyro.util import is_prng_key
 
 from .. import _model_utils as mu
+from .. import _programs
 from .. import adaptation
 from .. import mclmc
 from .._validation import is_concrete
@@ -43,6 +44,13 @@ class MILEState(NamedTuple):
     :ivar energy_change: energy change of the last step.
     :ivar num_nans: number of steps rejected so far because they produced NaN or inf.
     :ivar rng_key: PRNG key of the chain.
+    :ivar diverging: whether the last step was rejected (NaN or inf); collected by default, so
+        NumPyro's ``print_summary`` counts these steps as "divergences" as it does for NUTS.
+    :ivar ess_fallback: whether the chain kept its Phase II L at the end of warmup because no
+        coordinate had a usable Phase III ESS.
+    :ivar data: the array arguments of the model (no chain axis), carried through the sampling
+        loop so that they are arguments of the compiled loop rather than constants baked into
+        it (``None`` when a run is started from a saved state).
     """
 
     i: jax.Array
@@ -53,6 +61,9 @@ class MILEState(NamedTuple):
     energy_change: jax.Array
     num_nans: jax.Array
     rng_key: jax.Array
+    diverging: jax.Array | None = None
+    ess_fallback: jax.Array | None = None
+    data: tuple | None = None
 
     @property
     def z(self) -> dict:
@@ -114,28 +125,65 @@ def _time_calls(fn, arg, min_seconds: float) -> tuple[float, float, int]:
             return wall / calls, (time.process_time() - cpu) / calls, calls
 
 
-_WARNED_NAN = "MILE rejected {} sampling step(s) at iteration {} because the energy became NaN or infinite"
+def run_warnings(state: MILEState) -> list[str]:
+    """What went wrong in a run, from its last state (``mcmc.last_state``): rejected steps, ESS fallback.
+
+    The compiled step reports through state fields (``num_nans``, ``diverging``,
+    ``ess_fallback``) rather than host callbacks, which would keep JAX's persistent compilation
+    cache from storing the sampling loop. :func:`numpyro_mile.to_inference_data` and
+    :func:`numpyro_mile.diagnostics.summary` warn with these messages.
+    """
+    messages = []
+    nans = np.asarray(state.num_nans)
+    if nans.sum() > 0:
+        messages.append(
+            f"MILE rejected {int(nans.sum())} step(s) (over all chains; per chain {np.atleast_1d(nans).tolist()}) "
+            "because the energy became NaN or infinite; each time the chain stayed at its previous position. "
+            "The tuned step size may be too large for this region: see the 'num_nans' and 'diverging' fields, "
+            "and consider a lower target_energy_variance.")
+    if state.ess_fallback is not None and np.any(np.asarray(state.ess_fallback)):
+        chains = np.flatnonzero(np.atleast_1d(np.asarray(state.ess_fallback))).tolist()
+        messages.append(
+            f"MILE: no coordinate had a finite, positive Phase III ESS in chain(s) {chains} (e.g. the chain did not "
+            "move during Phase III); those chains kept the Phase II L. Check the 'num_nans' field, and give the "
+            "warmup more steps.")
+    return messages
 
 
-def _warn_nan(count, iteration):
-    warnings.warn(
-        _WARNED_NAN.format(int(count), int(iteration)) + "; the chain stayed at its previous position. "
-        "The tuned step size may be too large for this region: see the 'num_nans' extra field, and "
-        "consider a lower target_energy_variance.",
-        RuntimeWarning,
-        stacklevel=2,
-    )
+#: vmap axes of a vectorized state: the iteration counter and the data are shared by all chains
+_STATE_AXES = MILEState(None, 0, 0, 0, 0, 0, 0, 0, 0, 0, None)
 
 
-def _warn_no_ess(ok):
-    chains = np.flatnonzero(~np.atleast_1d(np.asarray(ok))).tolist()
-    warnings.warn(
-        f"MILE: no coordinate had a finite, positive Phase III ESS in chain(s) {chains} (e.g. the chain did not "
-        "move during Phase III); those chains keep the Phase II L. Check the 'num_nans' extra field, and give "
-        "the warmup more steps.",
-        RuntimeWarning,
-        stacklevel=2,
-    )
+def _init_program(target: Callable, is_model: bool, data_key, schedule: adaptation.Schedule, dim_stored: int):
+    """Jitted ``init_all(params, keys, data_arrays, step_size, L) -> MILEState`` of all chains (chain axis
+    first; ``data`` left empty). ``target`` is the model (``is_model``) or the potential function."""
+
+    def init_all(init_params, state_keys, arrays, step_size, L):
+        if is_model:
+            args, kwargs = _programs.join_data(data_key, arrays)
+            potential_fn = partial(potential_energy, target, args, kwargs)
+        else:
+            potential_fn = target
+
+        def init_chain(params, key):
+            flat, _ = ravel_pytree(params)
+            momentum_key, key = jax.random.split(key)
+            return MILEState(
+                i=jnp.asarray(0),
+                dynamics=mclmc.init(params, potential_fn, momentum_key),
+                step_size=step_size.astype(flat.dtype),
+                L=L.astype(flat.dtype),
+                adapt=adaptation.init(dim_stored, flat.shape[0], schedule),
+                energy_change=jnp.zeros((), flat.dtype),
+                num_nans=jnp.asarray(0),
+                rng_key=key,
+                diverging=jnp.asarray(False),
+                ess_fallback=jnp.asarray(False),
+            )
+
+        return jax.vmap(init_chain, out_axes=_STATE_AXES)(init_params, state_keys)
+
+    return jax.jit(init_all)
 
 
 class MILE(MCMCKernel):
@@ -267,6 +315,7 @@ class MILE(MCMCKernel):
         self._batched = False
         self._num_warmup = None
         self._sample_fn = None  # set by init; NumPyro re-runs init (and pretraining) while it is None
+        self._data = None  # the model's arguments split into arrays and static parts (set by init)
 
     # ------------------------------------------------------------------ NumPyro interface
     @property
@@ -274,12 +323,12 @@ class MILE(MCMCKernel):
         return self._model
 
     @property
-    def default_fields(self) -> tuple[str, ...]:
-        return ("z",)
-
-    @property
     def is_ensemble_kernel(self) -> bool:
         return False
+
+    @property
+    def default_fields(self) -> tuple[str, ...]:
+        return ("z", "diverging")
 
     def get_diagnostics_str(self, state: MILEState) -> str:
         return "step size {:.2e}. L {:.2e}. nans {}".format(
@@ -309,16 +358,20 @@ class MILE(MCMCKernel):
             init_params = self._check_potential_init_params(init_params, num_chains)
             self._potential_fn_gen = lambda *args, **kwargs: self._potential_fn
             self._postprocess_fn_gen = None
-            return self._init_state(init_params, state_keys, self._potential_fn)
+            self._data = _programs.split_data((), {})
+            return self._init_state(init_params, state_keys)
 
         trace = mu.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
         mu.check_continuous(trace, "MILE")
         mu.check_full_batch(trace, "MILE")
         model = self._model
+        self._data = _programs.split_data(model_args, model_kwargs)
         self._potential_fn_gen = lambda *args, **kwargs: partial(potential_energy, model, args, kwargs)
-        self._postprocess_fn_gen = lambda *args, **kwargs: partial(
-            constrain_fn, model, args, kwargs, return_deterministic=True)
-        potential_fn = self._potential_fn_gen(*model_args, **model_kwargs)
+        if any(site["type"] == "deterministic" for site in trace.values()):
+            self._postprocess_fn_gen = lambda *args, **kwargs: partial(
+                constrain_fn, model, args, kwargs, return_deterministic=True)
+        else:  # no data needed to constrain the draws: nothing of the data enters the collection
+            self._postprocess_fn_gen = lambda *args, **kwargs: partial(mu.constrain, trace)
 
         if init_params is None:
             has_plate = self.pretrain and self._pretraining_plate(trace) is not None
@@ -336,12 +389,13 @@ class MILE(MCMCKernel):
                 if not self._batched:
                     init_params = jax.tree.map(lambda x: x[None], init_params)
                 if self.map_steps > 0:
+                    potential_fn = self._potential_fn_gen(*model_args, **model_kwargs)
                     init_params = jax.vmap(self._map_optimise, (0, None))(init_params, potential_fn)
         else:
             init_params = self._check_init_params(init_params, trace, num_chains)
-        return self._init_state(init_params, state_keys, potential_fn)
+        return self._init_state(init_params, state_keys)
 
-    def _init_state(self, init_params, state_keys, potential_fn) -> MILEState:
+    def _init_state(self, init_params, state_keys) -> MILEState:
         """The initial state of every chain from ``init_params`` (a pytree with a leading chain axis)."""
         flat, _ = ravel_pytree(jax.tree.map(lambda x: x[0], init_params))
         dim = int(flat.shape[0])
@@ -353,30 +407,32 @@ class MILE(MCMCKernel):
             self._coords = None
         initial_L = self.initial_L if self.initial_L is not None else max(np.sqrt(dim), 15.0)
         dim_stored = dim if self._coords is None else len(self._coords)
-
-        def init_chain(params, key):
-            momentum_key, key = jax.random.split(key)
-            dynamics = mclmc.init(params, potential_fn, momentum_key)
-            return MILEState(
-                i=jnp.asarray(0),
-                dynamics=dynamics,
-                step_size=jnp.asarray(self.initial_step_size, dtype=flat.dtype),
-                L=jnp.asarray(initial_L, dtype=flat.dtype),
-                adapt=adaptation.init(dim_stored, dim, self._schedule),
-                energy_change=jnp.zeros((), flat.dtype),
-                num_nans=jnp.asarray(0),
-                rng_key=key,
-            )
-
-        state = jax.jit(jax.vmap(init_chain, out_axes=self._state_axes()))(init_params, state_keys)
+        target = self._model if self._potential_fn is None else self._potential_fn
+        init_all = _programs.program(
+            ("mile-init", target, self._potential_fn is None, self._data.key, self._schedule.num_stored, dim_stored),
+            lambda: _init_program(target, self._potential_fn is None, self._data.key, self._schedule, dim_stored))
+        state = init_all(init_params, state_keys, self._data.arrays,
+                         jnp.asarray(self.initial_step_size, flat.dtype), jnp.asarray(initial_L, flat.dtype))
         if not self._batched:
             state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
         self._sample_fn = self.sample  # initialised: a run from mcmc.post_warmup_state does not call init again
-        return state
+        return state._replace(data=self._data.arrays)
+
+    def _model_data(self, state: MILEState, model_args, model_kwargs) -> tuple[tuple, dict]:
+        """The model's arguments for a step: the data carried in ``state`` when ``model_args`` are the
+        arrays ``init`` saw (NumPyro passes them as constants unless ``jit_model_args=True``), so that
+        they enter the compiled loop as arguments; otherwise (traced arguments, or new data for a run
+        from ``post_warmup_state``) the given ones."""
+        model_kwargs = model_kwargs or {}
+        if state.data is not None and self._data is not None and self._potential_fn is None:
+            ids = _programs.data_ids(model_args, model_kwargs)
+            if ids is not None and ids == self._data.ids and len(state.data) == len(ids):
+                return _programs.join_data(self._data.key, state.data)
+        return tuple(model_args), model_kwargs
 
     def sample(self, state: MILEState, model_args, model_kwargs) -> MILEState:
-        potential_fn = self._potential_fn_gen(*model_args, **(model_kwargs or {}))
-        return self._step(state, potential_fn)
+        args, kwargs = self._model_data(state, model_args, model_kwargs)
+        return self._step(state, self._potential_fn_gen(*args, **kwargs))
 
     # ------------------------------------------------------------------ cost
     @staticmethod
@@ -497,7 +553,7 @@ class MILE(MCMCKernel):
 
     # ------------------------------------------------------------------ internals
     def _state_axes(self) -> MILEState:
-        return MILEState(None, 0, 0, 0, 0, 0, 0, 0)
+        return _STATE_AXES
 
     def _pretraining_plate(self, trace):
         """The plate pretraining would minibatch, or ``None`` (start from ``init_strategy``), saying why once."""
@@ -608,7 +664,8 @@ class MILE(MCMCKernel):
         stored = flat if self._coords is None else flat[self._coords]
         adapt = adaptation.record_sample(adapt, stored, i - schedule.num_phase1 - schedule.num_phase2, schedule)
         return MILEState(i + 1, dynamics, step_size, L, adapt, info.energy_change,
-                         state.num_nans + jnp.where(info.finite, 0, 1), key)
+                         state.num_nans + jnp.where(info.finite, 0, 1), key, ~info.finite, state.ess_fallback,
+                         state.data)
 
     def _tuned_L(self, samples, step_size, phase2_L) -> tuple[jax.Array, jax.Array]:
         return adaptation.L_from_ess(samples, step_size, self._schedule, mclmc.ess, phase2_L)
@@ -621,19 +678,13 @@ class MILE(MCMCKernel):
             chain_step = jax.vmap(chain_step, in_axes=(axes,), out_axes=axes)
             tuned_L = jax.vmap(tuned_L)
         new_state = chain_step(state)
+
         # end of warmup: L from the Phase III ESS; the branch predicate is the shared counter, so the FFT
         # runs once, and only L (not the state with its sample buffer) passes through the cond
         def end_of_warmup():
             L, ok = tuned_L(new_state.adapt.samples, new_state.step_size, new_state.L)
-            jax.lax.cond(jnp.all(ok), lambda: None, lambda: jax.debug.callback(_warn_no_ess, ok))
-            return L
+            return L, ~ok
 
-        L = jax.lax.cond(state.i == self._num_warmup - 1, end_of_warmup, lambda: new_state.L)
-        new_state = new_state._replace(L=L)
-        new_nans = jnp.sum(new_state.num_nans - state.num_nans)
-        jax.lax.cond(
-            (state.i >= self._num_warmup) & (new_nans > 0),
-            lambda: jax.debug.callback(_warn_nan, jnp.sum(new_state.num_nans), state.i),
-            lambda: None,
-        )
-        return new_state
+        L, fallback = jax.lax.cond(state.i == self._num_warmup - 1, end_of_warmup,
+                                   lambda: (new_state.L, new_state.ess_fallback))
+        return new_state._replace(L=L, ess_fallback=fallback)

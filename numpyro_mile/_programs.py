@@ -1,0 +1,155 @@
+"""Compile once: compiled programs kept per model, static arguments and settings, with data as arguments.
+
+A kernel or the deep ensemble builds its jitted functions here under a key that names everything
+the function closes over (the model, the static parts of the model's arguments, the settings);
+the arrays of the model's arguments are *arguments* of the compiled programs, never constants
+baked into them. A second run with the same model, shapes and settings (new data values, a new
+key, a new ``MCMC`` object) therefore reuses the compiled programs, and JAX's persistent
+compilation cache (:func:`enable_compilation_cache`) can serve them to a new process.
+
+No imports from the package, so any module may use this one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Callable, Hashable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+_PROGRAMS: OrderedDict = OrderedDict()
+#: programs kept (least recently used dropped first)
+MAX_PROGRAMS = 64
+
+
+def program(key: Hashable, build: Callable[[], Callable]) -> Callable:
+    """The program built earlier under ``key``, else ``build()`` (kept under ``key``).
+
+    An unhashable ``key`` (e.g. a model argument that is a list) builds a fresh program each call.
+    """
+    try:
+        hash(key)
+    except TypeError:
+        return build()
+    if key in _PROGRAMS:
+        _PROGRAMS.move_to_end(key)
+        return _PROGRAMS[key]
+    fn = build()
+    _PROGRAMS[key] = fn
+    while len(_PROGRAMS) > MAX_PROGRAMS:
+        _PROGRAMS.popitem(last=False)
+    return fn
+
+
+def clear_programs() -> None:
+    """Forget every kept program (the next run compiles again)."""
+    _PROGRAMS.clear()
+
+
+def _is_data(leaf) -> bool:
+    return isinstance(leaf, (np.ndarray, jax.Array, np.generic))
+
+
+class DataSplit(NamedTuple):
+    """The model's arguments split into array leaves (program arguments) and the rest (static).
+
+    :ivar arrays: the array leaves, as JAX arrays, in tree order.
+    :ivar key: hashable description of everything else (tree structure and the non-array
+        leaves); part of a program's key.
+    :ivar ids: ``id()`` of the original array leaves (to recognise the same data again).
+    """
+
+    arrays: tuple
+    key: Hashable
+    ids: tuple
+
+
+def split_data(model_args: tuple, model_kwargs: dict | None) -> DataSplit:
+    """Split ``(model_args, model_kwargs)`` into arrays and a static key (see :class:`DataSplit`)."""
+    leaves, treedef = jax.tree.flatten((tuple(model_args), dict(model_kwargs or {})))
+    arrays, statics, ids = [], [], []
+    for leaf in leaves:
+        if _is_data(leaf):
+            arrays.append(jnp.asarray(leaf))
+            ids.append(id(leaf))
+            statics.append(None)
+        else:
+            statics.append(("static", leaf))
+    return DataSplit(tuple(arrays), (treedef, tuple(statics)), tuple(ids))
+
+
+def join_data(key: Hashable, arrays) -> tuple[tuple, dict]:
+    """``(model_args, model_kwargs)`` from a :class:`DataSplit`'s ``key`` and (possibly traced) ``arrays``."""
+    treedef, statics = key
+    arrays = iter(arrays)
+    leaves = [next(arrays) if s is None else s[1] for s in statics]
+    return jax.tree.unflatten(treedef, leaves)
+
+
+def data_ids(model_args: tuple, model_kwargs: dict | None) -> tuple | None:
+    """``id()`` of the array leaves of the model's arguments; ``None`` when any leaf is traced."""
+    ids = []
+    for leaf in jax.tree.leaves((tuple(model_args), dict(model_kwargs or {}))):
+        if isinstance(leaf, jax.core.Tracer):
+            return None
+        if _is_data(leaf):
+            ids.append(id(leaf))
+    return tuple(ids)
+
+
+def default_cache_dir() -> Path:
+    """``$NUMPYRO_MILE_CACHE``, else ``$XDG_CACHE_HOME/numpyro_mile/jax``, else ``~/.cache/numpyro_mile/jax``."""
+    if os.environ.get("NUMPYRO_MILE_CACHE"):
+        return Path(os.environ["NUMPYRO_MILE_CACHE"]).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "numpyro_mile" / "jax"
+
+
+def enable_compilation_cache(path: str | os.PathLike | None = None, *, min_compile_seconds: float = 0.0) -> Path:
+    """Switch on JAX's persistent compilation cache (for this process, all JAX programs).
+
+    Compiled XLA programs are written to ``path`` and read back by later compilations of the
+    same program, in this process and in later ones: a second ``mcmc.run`` of the same model,
+    shapes and settings then skips XLA's compilation, and so does a new process (a notebook
+    restart, the next cross-validation fold, a benchmark script run again). NumPyro traces its
+    sampling loop again on every ``MCMC.run`` (for NUTS as well); with the cache on, that costs
+    only the tracing.
+
+    This sets JAX's global options ``jax_compilation_cache_dir``,
+    ``jax_persistent_cache_min_compile_time_secs`` and
+    ``jax_persistent_cache_min_entry_size_bytes`` (the same can be done with those options or
+    their ``JAX_...`` environment variables). Delete the folder to empty the cache.
+
+    :param path: cache folder (created); default :func:`default_cache_dir`.
+    :param min_compile_seconds: programs that compile faster than this are not cached.
+    :return: the cache folder.
+
+    **Example**
+
+    .. doctest::
+
+        >>> import tempfile
+        >>> from numpyro_mile import enable_compilation_cache
+        >>> folder = enable_compilation_cache(tempfile.mkdtemp())
+    """
+    folder = Path(path).expanduser() if path is not None else default_cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    try:  # the cache reads its settings once; start it again so that the new folder is used
+        from jax.experimental.compilation_cache import compilation_cache as _cc
+
+        _cc.reset_cache()
+    except (ImportError, AttributeError):  # pragma: no cover - older/newer JAX
+        pass
+    logger.info("JAX persistent compilation cache: %s", folder)
+    return folder
+
