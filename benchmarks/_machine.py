@@ -1,17 +1,3 @@
-"""The machine a benchmark ran on, for the reports (shared by the scripts in this folder)."""
+"""Kept for the scripts that import it: the machine description now lives in ``_common``."""
 
-from __future__ import annotations
-
-import platform
-from pathlib import Path
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo; ``platform.processor()`` or the architecture elsewhere."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from _common import cpu_model  # noqa: F401  (benchmarks/ is on sys.path when a script runs)

@@ -1,138 +1,119 @@
-"""Overhead of MILE's NumPyro kernel over the raw gradient floor and over BlackJAX's own MCLMC loop.
+"""Compile time and per-step cost of MILE on CPU, against the gradient floor and BlackJAX's own loop.
 
-Setting: the MILE benchmark BNN (``mlp_regression``, hidden layers (16, 16)) on the standardised
-training split of UCI airfoil (falls back to ``toy_regression(1000)`` when the file is absent),
-``K`` chains vectorised on one device. Measured in one script run, each after a warm-up/compile
-call of the same shapes:
+Two parts, in one script run (timed work runs alone; nothing else of the script runs beside it):
 
-(a) MILE: ``numpyro.infer.MCMC(MILE(model), num_warmup=W, num_samples=S, num_chains=K,
-    chain_method="vectorized", progress_bar=False).run(...)`` started from a 20-epoch deep
-    ensemble. The run is done twice with the same shapes and the second call is timed. NumPyro
-    re-traces and re-compiles its sampling loop on every ``run`` (and ``MILE.init`` re-jits the
-    chain initialisation), so the script records the tracing+compile time JAX reports
-    (``jax.monitoring``) during the timed call and times a tiny MCMC (``num_warmup=20``,
-    ``phase_split=(0.4, 0.1, 0.5)``, ``num_samples=thinning``; also run twice, the second call
-    timed) as "compile + startup":
+**1. Compilation** (the issue's "small job": ``toy_regression(300)``, ``mlp_regression`` hidden
+(16, 16), 4 vectorized chains, ``num_warmup=1000``, ``num_samples=500``, deep-ensemble pretraining
+with MILE's defaults). Each measurement runs in a fresh Python process that does two runs: the
+first, then a second with a new ``MCMC`` object, a new key and new data values (``y + 0.01``) of the
+same shapes. Reported per run: wall and CPU seconds and the trace + lower + XLA compile seconds
+JAX reports (``jax.monitoring``). Processes: (a) no persistent cache; (b) with
+``numpyro_mile.enable_compilation_cache(D)`` on an empty folder ``D`` ("first process"); (c) the
+same again, ``D`` now filled ("second process"); and with ``--before REV``, (a) for the code at
+git revision ``REV`` (a worktree), for the before/after comparison.
 
-    (a) = second run - its own reported tracing+compilation - the tiny run's non-compile
-    startup. The plain "second run - tiny run" is shown as (a'); it is off by the difference of
-    the two runs' compile times, which vary from run to run by seconds (more on a loaded machine).
+**2. Per step** (UCI airfoil training split, d = 402, ``K`` = 12 chains; ``toy_regression(1000)``
+when the file is absent). Loops of ``--steps`` steps, each compiled ahead of time, then timed in
+``--rounds`` interleaved rounds (the fastest round reported, wall and process CPU time):
 
-    (a'') two-point estimate: the same MCMC with ``num_warmup=max(100, W // 10)``,
-    ``num_samples=max(1, S // 10)`` (run twice, second call timed) pays the same fixed costs, so
-    (full second run - small second run), rescaled to ``W + S`` steps, is the cost of the steps,
-    in wall and in process CPU time (``time.process_time``), which other processes on the machine
-    inflate far less than wall time.
-
-(b) raw floor: ``2 (W + S)`` evaluations of ``vmap(value_and_grad(potential_fn))`` for all ``K``
-    chains in one jitted ``lax.fori_loop`` (each evaluation moves the position by
-    ``-1e-8 * grad`` so that none can be hoisted): the gradient count of (a). Compiled ahead of
-    time (``jit(...).lower(...).compile()``), then timed.
-(c) BlackJAX: ``blackjax.mclmc(logdensity_fn, L, step_size)`` (isokinetic McLachlan, MILE's
-    integrator) with the step size and L MILE tuned, ``vmap``-ed over the ``K`` chains, ``W + S``
-    steps in one jitted ``lax.fori_loop``, no tuning; compiled ahead of time, then timed.
-(d) (a) with NumPyro's progress bar on (``$CI`` and ``$PYTEST_XDIST_WORKER`` removed from the
-    environment for that measurement: NumPyro disables the bar when either is set); timed like (a).
-
-``--profile`` adds a per-step breakdown (interleaved, minimum over ``--profile-repeats``, short
-loops of ``--profile-steps`` steps): the floor, the BlackJAX step, ``MILE._step`` in a plain
-``fori_loop``, the same inside a replica of NumPyro's collecting loop, ``MILE._step`` jitted alone
-and called once per step from Python (what NumPyro does when the progress bar is on), and the
-non-gradient cost of the MCLMC step's parts measured on a nearly free potential.
+- floor: two ``vmap(value_and_grad(potential))`` evaluations per step for all chains;
+- sequential: the same two gradients for one chain, looped one chain after the other (12 loops);
+- BlackJAX: ``blackjax.mclmc`` (isokinetic McLachlan, MILE's integrator) vmapped, fixed step size
+  and L (MILE's tuned values);
+- MILE step: ``MILE.sample`` for the vectorized state in a ``fori_loop``;
+- MILE via ``MCMC``: ``MCMC(MILE(model), chain_method="vectorized")`` as a user runs it, from the
+  ensemble's ``init_params``: two-point estimate, ``(run(W, S) - run(W/10, S/10)) / (0.9 (W + S))``,
+  both runs after a run of the same shapes, with the persistent cache on (so that NumPyro's
+  re-traced loop is not compiled again).
 
 Usage::
 
-    python benchmarks/overhead.py                     # W=S=2000, K=12; writes docs/benchmarks/overhead.md
-    python benchmarks/overhead.py --profile           # plus the per-step breakdown
-    python benchmarks/overhead.py --warmup 500 --samples 500 --chains 4 --no-write
+    python benchmarks/overhead.py                        # writes docs/benchmarks/overhead.md
+    python benchmarks/overhead.py --before a1fcdbf       # adds the before column (git worktree)
+    python benchmarks/overhead.py --no-write --steps 200
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import json
 import os
-import platform
-import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import (DEFAULT_DATA, ROOT, CompileClock, command_line, load_average, machine_lines, markdown_table,
+                     timed)
+
 REPORT = ROOT / "docs" / "benchmarks" / "overhead.md"
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "uci"
 HIDDEN = (16, 16)
-FLOOR_TARGET = 1.3
-
-_COMPILE_EVENTS = (
-    "/jax/core/compile/jaxpr_trace_duration",
-    "/jax/core/compile/jaxpr_to_mlir_module_duration",
-    "/jax/core/compile/backend_compile_duration",
-)
-
-
-class CompileClock:
-    """Sums the tracing, lowering and XLA compile (wall) time JAX reports while active."""
-
-    def __init__(self):
-        self.seconds = 0.0
-        self.count = 0
-        self.names: list[str] = []
-        self.active = False
-
-    def __call__(self, event, duration, **kwargs):
-        if self.active and event in _COMPILE_EVENTS:
-            self.seconds += duration
-            if event == _COMPILE_EVENTS[-1]:
-                self.count += 1
-                if duration > 0.5:
-                    self.names.append(f"{kwargs.get('fun_name', '?')} {duration:.1f} s")
-
-    @contextlib.contextmanager
-    def measure(self):
-        self.seconds, self.count, self.names, self.active = 0.0, 0, [], True
-        try:
-            yield self
-        finally:
-            self.active = False
-
-    def describe(self) -> str:
-        return f"{self.count} XLA compiles; > 0.5 s: {', '.join(self.names) or 'none'}"
-
-
-class Timing(NamedTuple):
-    """Wall time and process CPU time of one call, in seconds."""
-
-    wall: float
-    cpu: float
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--warmup", type=int, default=2000, help="num_warmup W (default 2000)")
-    parser.add_argument("--samples", type=int, default=2000, help="num_samples S (default 2000)")
-    parser.add_argument("--chains", type=int, default=12, help="number of chains K (default 12)")
-    parser.add_argument("--thinning", type=int, default=1, help="MCMC thinning (default 1)")
-    parser.add_argument("--data", default=None,
-                        help="folder with airfoil.data (default: $NUMPYRO_MILE_DATA, else ../shared/data/uci "
-                             "relative to the repository root)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="timed repetitions of each measurement; the fastest is reported (default 1)")
-    parser.add_argument("--no-progress", action="store_true", help="skip measurement (d)")
-    parser.add_argument("--no-two-point", action="store_true", help="skip the two-point estimate (a'')")
-    parser.add_argument("--profile", action="store_true", help="add the per-step breakdown")
-    parser.add_argument("--profile-steps", type=int, default=300, help="steps per profiled loop (default 300)")
-    parser.add_argument("--profile-repeats", type=int, default=5, help="interleaved rounds (default 5)")
-    parser.add_argument("--output", default=str(REPORT), help="markdown report path")
+    parser.add_argument("--chains", type=int, default=12, help="chains K of the per-step part (default 12)")
+    parser.add_argument("--steps", type=int, default=500, help="steps per timed loop (default 500)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (default 3)")
+    parser.add_argument("--mcmc-steps", type=int, default=2000, help="W + S of the MCMC two-point run (default 2000)")
+    parser.add_argument("--before", default=None, help="git revision to measure part 1 (a) for, as 'before'")
+    parser.add_argument("--data", default=None, help="folder with airfoil.data (default $NUMPYRO_MILE_DATA, "
+                                                     "else ../shared/data/uci)")
+    parser.add_argument("--output", default=str(REPORT))
     parser.add_argument("--no-write", action="store_true", help="print the report only")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cache", default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
+# ============================================================================ part 1: compilation
+def child_compile(cache: str | None) -> dict:
+    """The small job twice in this process; returns wall/CPU/compile per run (printed as JSON)."""
+    import jax
+    import numpy as np
+    from numpyro.infer import MCMC
+
+    import numpyro_mile
+    from numpyro_mile.datasets import toy_regression
+    from numpyro_mile.models import mlp_regression
+
+    if cache:
+        numpyro_mile.enable_compilation_cache(cache)
+    clock = CompileClock.get()
+    X, y = toy_regression(300)
+    out = {}
+    for run, (key, shift) in enumerate([(0, 0.0), (1, 0.01)]):
+        kernel = numpyro_mile.MILE(mlp_regression, ensemble_options=dict(progress_bar=False))
+        mcmc = MCMC(kernel, num_warmup=1000, num_samples=500, num_chains=4, chain_method="vectorized",
+                    progress_bar=False)
+        with clock.measure():
+            _, t = timed(lambda: (mcmc.run(jax.random.PRNGKey(key), X, np.asarray(y) + shift, hidden=HIDDEN),
+                                  mcmc.get_samples())[1])
+        out[f"run{run + 1}"] = {"wall": t.wall, "cpu": t.cpu, **clock.parts(), "largest": clock.largest(),
+                                "pretrain": float(kernel.ensembles[0].fit_seconds)}
+    return out
+
+
+def spawn_child(cache: str | None, pythonpath: Path | None = None) -> dict:
+    env = dict(os.environ, CI="1")
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child"] + (["--cache", cache] if cache else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=pythonpath or ROOT)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def before_worktree(rev: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix="overhead-before-")) / "repo"
+    subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=ROOT, check=True, capture_output=True)
+    return path
+
+
+# ============================================================================ part 2: per step
 def load_data(data_arg):
-    """Standardised airfoil training split, or ``toy_regression(1000)``; returns (X, y, description)."""
     import numpy as np
 
     from numpyro_mile.datasets import load_uci, split, standardize, toy_regression
@@ -146,546 +127,218 @@ def load_data(data_arg):
     else:
         parts, _ = standardize(split(X, y, seed=0))
         X, y = parts.train
-        desc = f"UCI airfoil, standardised training split (seed 0, 70 %), from {data_dir}"
+        desc = "UCI airfoil, standardised training split (seed 0, 70 %)"
     return np.asarray(X, np.float32), np.asarray(y, np.float32), desc
 
 
-def machine_info():
+def per_step(args) -> dict:
     import blackjax
     import jax
-    import jaxlib
-    import numpyro
-
-    cpu = platform.processor() or "(empty)"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = f"{cpu}; {platform.machine()}, {line.split(':', 1)[1].strip()}"
-                break
-    commit = "unknown"
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        commit = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"], capture_output=True,
-                                text=True, timeout=10).stdout.strip() or commit
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "numpyro_mile"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        if dirty:
-            commit += " (numpyro_mile/ has uncommitted changes)"
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {
-        "platform.processor()": cpu,
-        "os.cpu_count()": f"{os.cpu_count()} (usable by this process: {affinity})",
-        "python": platform.python_version(),
-        "jax / jaxlib": f"{jax.__version__} / {jaxlib.__version__}",
-        "numpyro": numpyro.__version__,
-        "blackjax": blackjax.__version__,
-        "jax.default_backend()": jax.default_backend(),
-        "devices": ", ".join(str(d) for d in jax.devices()),
-        "repository commit": commit,
-    }
-
-
-def load_average() -> float:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-
-
-def timed(fn, repeats=1):
-    """Fastest (by wall time) of ``repeats`` calls of ``fn`` (which must block until done)."""
-    best, out = Timing(float("inf"), float("inf")), None
-    for _ in range(repeats):
-        wall, cpu = time.perf_counter(), time.process_time()
-        out = fn()
-        t = Timing(time.perf_counter() - wall, time.process_time() - cpu)
-        best = min(best, t)
-    return best, out
-
-
-# ---------------------------------------------------------------------------------------------- (a), (d)
-def make_mcmc(num_warmup, num_samples, num_chains, thinning, progress_bar, **mile_options):
+    import jax.numpy as jnp
+    from jax import lax
     from numpyro.infer import MCMC
+    from numpyro.infer.util import potential_energy
 
-    from numpyro_mile import MILE
+    import numpyro_mile
+    from numpyro_mile import MILE, deep_ensemble
     from numpyro_mile.models import mlp_regression
 
-    kernel = MILE(mlp_regression, **mile_options)
-    return MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                chain_method="vectorized", progress_bar=progress_bar, thinning=thinning)
+    X, y, desc = load_data(args.data)
+    K, steps = args.chains, args.steps
+    de = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), K, X, y, hidden=HIDDEN, max_epochs=20,
+                       progress_bar=False)
+    z0 = de.init_params
+    Xj, yj = jnp.asarray(X), jnp.asarray(y)
 
+    def potential(z, X, y):
+        return potential_energy(mlp_regression, (X, y), {"hidden": HIDDEN}, z)
 
-def run_mcmc(mcmc, key, X, y, init_params):
-    import jax
+    grad = jax.value_and_grad(potential)
 
-    mcmc.run(key, X, y, init_params=init_params, hidden=HIDDEN)
-    jax.block_until_ready(mcmc.last_state)
-    return mcmc
+    def two_grads(z, X, y):  # each evaluation moves z a little, so that none can be hoisted out of the loop
+        for _ in range(2):
+            _, g = grad(z, X, y)
+            z = jax.tree.map(lambda a, b: a - 1e-9 * b, z, g)
+        return z
 
+    def compiled(fn, *example):
+        start = time.perf_counter()
+        out = jax.jit(fn).lower(*example).compile()
+        return out, time.perf_counter() - start
 
-@contextlib.contextmanager
-def progress_bar_env():
-    """Remove the variables that make NumPyro disable its progress bar; restore them afterwards."""
-    saved = {k: os.environ.pop(k) for k in ("CI", "PYTEST_XDIST_WORKER") if k in os.environ}
-    try:
-        yield saved
-    finally:
-        os.environ.update(saved)
+    floor, c_floor = compiled(lambda z, X, y: lax.fori_loop(0, steps, lambda _, z: jax.vmap(
+        two_grads, (0, None, None))(z, X, y), z), z0, Xj, yj)
+    one = jax.tree.map(lambda a: a[0], z0)
+    single, c_single = compiled(lambda z, X, y: lax.fori_loop(0, steps, lambda _, z: two_grads(z, X, y), z),
+                                one, Xj, yj)
 
+    # MILE: a short vectorized run for tuned step size / L, and its state for the step loop
+    numpyro_mile.enable_compilation_cache(tempfile.mkdtemp(prefix="overhead-cache-"))
+    kernel = MILE(mlp_regression)
+    mcmc = MCMC(kernel, num_warmup=1000, num_samples=10, num_chains=K, chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(1), X, y, hidden=HIDDEN, init_params=z0)
+    state = mcmc.last_state
+    step_size, L = float(jnp.mean(state.step_size)), float(jnp.mean(state.L))
+    mile_loop, c_mile = compiled(lambda s: lax.fori_loop(0, steps, lambda _, s: kernel.sample(
+        s, (X, y), {"hidden": HIDDEN}), s), state)
 
-def measure_runs(mcmc, key, X, y, init_params, clock, repeats):
-    """A warm-up ``run``, then ``repeats`` timed runs of the same MCMC object; keeps the fastest."""
-    import jax
+    algorithm = blackjax.mclmc(lambda z: -potential(z, Xj, yj), L=L, step_size=step_size)
+    keys = jax.random.split(jax.random.PRNGKey(2), K)
+    bj_state = jax.vmap(algorithm.init)(z0, keys)
 
-    with clock.measure():
-        first, _ = timed(lambda: run_mcmc(mcmc, key, X, y, init_params))
-    out = {"first": first, "first_compile": clock.seconds, "second": Timing(float("inf"), float("inf"))}
-    for r in range(repeats):
-        with clock.measure():
-            t, _ = timed(lambda: run_mcmc(mcmc, jax.random.fold_in(key, r + 1), X, y, init_params))
-        if t < out["second"]:
-            out.update(second=t, compile=clock.seconds, compiles=clock.describe())
-    out["last_state"] = mcmc.last_state
-    return out
-
-
-# ---------------------------------------------------------------------------------------------- (b)
-def potential(X, y, key):
-    from numpyro.infer.util import initialize_model
-
-    from numpyro_mile.models import mlp_regression
-
-    info = initialize_model(key, mlp_regression, model_args=(X, y), model_kwargs={"hidden": HIDDEN})
-    return info.potential_fn
-
-
-def floor_loop(potential_fn, num_evals):
-    import jax
-    import jax.numpy as jnp
-    from jax import lax
-
-    grad_fn = jax.vmap(jax.value_and_grad(potential_fn))
-
-    def loop(z):
+    def bj_loop(s, k):
         def body(_, carry):
-            z, acc = carry
-            value, grad = grad_fn(z)
-            return jax.tree.map(lambda a, g: a - 1e-8 * g, z, grad), acc + value
+            s, k = carry
+            k, sub = jax.vmap(lambda kk: tuple(jax.random.split(kk)), out_axes=(0, 0))(k)
+            s, _ = jax.vmap(algorithm.step)(sub, s)
+            return s, k
+        return lax.fori_loop(0, steps, body, (s, k))
 
-        return lax.fori_loop(0, num_evals, body, (z, jnp.zeros(jax.tree.leaves(z)[0].shape[0])))
+    blackjax_loop, c_bj = compiled(bj_loop, bj_state, keys)
 
-    return jax.jit(loop)
-
-
-def measure_floor(num_evals, potential_fn, init_params, repeats):
-    import jax
-
-    start = time.perf_counter()
-    compiled = floor_loop(potential_fn, num_evals).lower(init_params).compile()
-    compile_seconds = time.perf_counter() - start
-    t, _ = timed(lambda: jax.block_until_ready(compiled(init_params)), repeats)
-
-    single = jax.jit(jax.vmap(jax.value_and_grad(potential_fn)))
-    jax.block_until_ready(single(init_params))
-    n = 200
-    start = time.perf_counter()
-    for _ in range(n):
-        out = single(init_params)
-    jax.block_until_ready(out)
-    return {"compile": compile_seconds, "time": t, "single_call": (time.perf_counter() - start) / n}
-
-
-# ---------------------------------------------------------------------------------------------- (c)
-def blackjax_loop(potential_fn, num_steps):
-    import blackjax
-    import jax
-    from jax import lax
-
-    def chain_loop(z, step_size, L, key):
-        algorithm = blackjax.mclmc(lambda p: -potential_fn(p), L=L, step_size=step_size,
-                                   integrator=blackjax.mcmc.integrators.isokinetic_mclachlan)
-        init_key, key = jax.random.split(key)
-        state = algorithm.init(z, init_key)
-
-        def body(_, carry):
-            state, key = carry
-            key, step_key = jax.random.split(key)
-            state, _ = algorithm.step(step_key, state)
-            return state, key
-
-        return lax.fori_loop(0, num_steps, body, (state, key))[0]
-
-    return jax.jit(jax.vmap(chain_loop))
-
-
-def blackjax_args(init_params, step_size, L, key):
-    import jax
-    import jax.numpy as jnp
-
-    num_chains = jax.tree.leaves(init_params)[0].shape[0]
-    step_size = jnp.full((num_chains,), step_size, jnp.float32)
-    L = jnp.full((num_chains,), L, jnp.float32)
-    return init_params, step_size, L, jax.random.split(key, num_chains)
-
-
-def measure_blackjax(num_steps, potential_fn, init_params, step_size, L, key, repeats):
-    import jax
-    import jax.numpy as jnp
-
-    call_args = blackjax_args(init_params, step_size, L, key)
-    start = time.perf_counter()
-    compiled = blackjax_loop(potential_fn, num_steps).lower(*call_args).compile()
-    compile_seconds = time.perf_counter() - start
-    t, state = timed(lambda: jax.block_until_ready(compiled(*call_args)), repeats)
-    return {"compile": compile_seconds, "time": t, "finite": bool(jnp.all(jnp.isfinite(state.logdensity)))}
-
-
-# ---------------------------------------------------------------------------------------------- --profile
-def profile(args, X, y, init_params, potential_fn, step_size, L, key, W):
-    """Per-step cost of the pieces of a MILE step; returns markdown lines."""
-    import jax
-    import jax.numpy as jnp
-    from blackjax.mcmc import integrators
-    from blackjax.mcmc import mclmc as bj_mclmc
-    from blackjax.util import generate_unit_vector
-    from jax import lax
-    from numpyro.infer.mcmc import _collect_and_postprocess
-
-    n = args.profile_steps
-    K = jax.tree.leaves(init_params)[0].shape[0]
-
-    # a MILE kernel initialised by NumPyro, started in its tuning phase
-    mcmc = make_mcmc(W, n, K, 1, False)
-    run_mcmc(mcmc, key, X, y, init_params)
-    kernel = mcmc.sampler
-    state0 = mcmc.last_state._replace(i=jnp.asarray(0))
-    sample_fn, postprocess_fn = mcmc._get_cached_fns()
-    transform = _collect_and_postprocess(postprocess_fn, ("z",), ())
-
-    def mile_plain(potential):
-        return jax.jit(lambda s: lax.fori_loop(0, n, lambda i, s: kernel._step(s, potential), s))
-
-    def mile_numpyro(s):
-        # the loop of numpyro.util.fori_collect (progress_bar=False): step, postprocess, collect
-        val = (s,)
-        collection = jax.tree.map(lambda x: jnp.zeros((n, *jnp.shape(x)), x.dtype), transform(val))
-
-        def body(i, carry):
-            val, collection = carry
-            val = sample_fn(val)
-            collection = jax.tree.map(
-                lambda c, v: lax.cond(i >= 0, lambda c: c.at[i].set(v), lambda c: c, c), collection, transform(val))
-            return val, collection
-
-        return lax.fori_loop(0, n, body, (val, collection))
-
-    def free_potential(p):
-        return 0.5 * sum(jnp.sum(v ** 2) for v in jax.tree.leaves(p))
-
-    def mclmc_parts(part):
-        logdensity = lambda p: -free_potential(p)  # noqa: E731
-        kernel_fn = bj_mclmc.build_kernel(integrator=integrators.isokinetic_mclachlan)
-        noisy = integrators.with_isokinetic_maruyama(integrators.isokinetic_mclachlan(logdensity))
-        plain = integrators.isokinetic_mclachlan(logdensity)
-        steps = {
-            "kernel": lambda k, s: kernel_fn(k, s, logdensity, 1.0, L, step_size)[0],
-            "maruyama": lambda k, s: noisy(s, step_size, L, k)[0],
-            "deterministic": lambda k, s: plain(s, step_size)[0],
-            "unit_vector": lambda k, s: s._replace(momentum=generate_unit_vector(k, s.position)),
-        }
-        step = steps[part]
-
-        def chain(z, k):
-            s = bj_mclmc.init(z, logdensity, k)
-
-            def body(_, carry):
-                s, k = carry
-                k, sk = jax.random.split(k)
-                return step(sk, s), k
-
-            return lax.fori_loop(0, n, body, (s, k))[0]
-
-        return jax.jit(jax.vmap(chain))
-
-    keys = jax.random.split(key, K)
-    bj_call = blackjax_args(init_params, step_size, L, key)
-    cases = {
-        "floor: 2 vmapped `value_and_grad` (b)": (floor_loop(potential_fn, 2 * n), (init_params,)),
-        "BlackJAX `mclmc` step (c)": (blackjax_loop(potential_fn, n), bj_call),
-        "`MILE._step` in a plain `fori_loop`": (mile_plain(potential_fn), (state0,)),
-        "`MILE._step` in NumPyro's collecting loop (a)": (jax.jit(mile_numpyro), (state0,)),
-        "free potential: `MILE._step`": (mile_plain(free_potential), (state0,)),
-        "free potential: BlackJAX `mclmc.build_kernel` step": (mclmc_parts("kernel"), (init_params, keys)),
-        "free potential: `with_isokinetic_maruyama(isokinetic_mclachlan)` only": (mclmc_parts("maruyama"),
-                                                                                  (init_params, keys)),
-        "free potential: `isokinetic_mclachlan` only (no noise)": (mclmc_parts("deterministic"), (init_params, keys)),
-        "one `generate_unit_vector` (K x d Gaussians)": (mclmc_parts("unit_vector"), (init_params, keys)),
+    contenders = {
+        "floor: 2 vmapped gradients": lambda: floor(z0, Xj, yj),
+        "sequential: 12 single-chain 2-gradient loops": lambda: [
+            single(jax.tree.map(lambda a: a[k], z0), Xj, yj) for k in range(K)],
+        "BlackJAX mclmc loop (vmapped)": lambda: blackjax_loop(bj_state, keys),
+        "MILE step (fori_loop)": lambda: mile_loop(state),
     }
-    single_name = "`MILE._step` jitted alone, called once per step from Python (NumPyro's progress-bar path)"
-    single_step = jax.jit(lambda s: kernel._step(s, potential_fn))
-
-    def step_by_step(s):
-        for _ in range(n):
-            s = single_step(s)
-        return s
-
-    compiled = {}
-    for name, (fn, fn_args) in cases.items():
-        compiled[name] = fn.lower(*fn_args).compile()
-    jax.block_until_ready(single_step(state0))
-    compiled[single_name] = step_by_step
-    cases[single_name] = (None, (state0,))
-    best = {name: Timing(float("inf"), float("inf")) for name in cases}
+    compile_s = dict(zip(contenders, [c_floor, c_single * 1.0, c_bj, c_mile]))
+    best = {name: None for name in contenders}
     loads = [load_average()]
-    for _ in range(args.profile_repeats):
-        for name, (_, fn_args) in cases.items():
-            t, _ = timed(lambda: jax.block_until_ready(compiled[name](*fn_args)))
-            best[name] = Timing(min(best[name].wall, t.wall), min(best[name].cpu, t.cpu))
+    for _ in range(args.rounds):
+        for name, fn in contenders.items():
+            jax.block_until_ready(fn())
+            _, t = timed(fn)
+            if best[name] is None or t.wall < best[name].wall:
+                best[name] = t
+        loads.append(load_average())
+
+    # MILE through MCMC, two-point; every run after one of the same shapes
+    def mcmc_run(total):
+        w = total // 2
+        m = MCMC(MILE(mlp_regression), num_warmup=w, num_samples=total - w, num_chains=K,
+                 chain_method="vectorized", progress_bar=False)
+        _, t = timed(lambda: (m.run(jax.random.PRNGKey(3), X, y, hidden=HIDDEN, init_params=z0),
+                              m.get_samples())[1])
+        return t
+
+    big, small = args.mcmc_steps, max(200, args.mcmc_steps // 10)
+    mcmc_run(big), mcmc_run(small)
+    clock = CompileClock.get()
+    with clock.measure():
+        t_big = mcmc_run(big)
+    big_compile = clock.total
+    with clock.measure():
+        t_small = mcmc_run(small)
     loads.append(load_average())
-    floor = best["floor: 2 vmapped `value_and_grad` (b)"]
-
-    lines = [
-        "## Per-step breakdown (`--profile`)",
-        "",
-        f"Loops of {n} steps, K = {K}, each compiled ahead of time, run {args.profile_repeats} times "
-        f"interleaved; minimum wall and CPU time per step. \"Free potential\" rows use "
-        f"`0.5 * sum(z**2)` instead of the BNN, so they show the step's cost without the gradient. "
-        f"Load average {fmt(loads[0], 1)} -> {fmt(loads[1], 1)}.",
-        "",
-        "| loop | wall ms/step | CPU ms/step | CPU / floor |",
-        "|---|---:|---:|---:|",
-    ]
-    for name, t in best.items():
-        lines.append(f"| {name} | {fmt(1e3 * t.wall / n, 3)} | {fmt(1e3 * t.cpu / n, 3)} | {fmt(t.cpu / floor.cpu)} |")
-    return lines
+    mcmc_wall = (t_big.wall - t_small.wall) / (big - small)
+    mcmc_cpu = (t_big.cpu - t_small.cpu) / (big - small)
+    per = {name: (t.wall / steps * 1e3, t.cpu / steps * 1e3) for name, t in best.items()}
+    per["MILE via MCMC (two-point)"] = (mcmc_wall * 1e3, mcmc_cpu * 1e3)
+    compile_s["MILE via MCMC (two-point)"] = big_compile
+    return {"desc": desc, "X": X.shape, "d": int(sum(a[0].size for a in jax.tree.leaves(z0))), "K": K,
+            "steps": steps, "per": per, "compile": compile_s, "loads": loads, "step_size": step_size, "L": L,
+            "mcmc": (big, small, t_big, t_small)}
 
 
-# ---------------------------------------------------------------------------------------------- report
-def fmt(x, digits=2):
-    return "n/a" if x != x else f"{x:.{digits}f}"
+# ============================================================================ report
+def report(args, compile_runs: dict, step: dict, seconds: float) -> str:
+    lines = ["# MILE: compilation and per-step cost on CPU", "",
+             "Generated by `benchmarks/overhead.py` (method in its docstring); command:", "", "```",
+             command_line(), "```", "", "## 1. Compilation: first run, second run, second process", "",
+             "The small job: `toy_regression(300)`, `mlp_regression` hidden (16, 16), 4 vectorized chains, "
+             "1,000 warmup + 500 sampling steps, deep-ensemble pretraining (MILE's defaults). Each row is one "
+             "fresh process doing two runs (the second: new `MCMC`, new key, new data values, same shapes). "
+             "Trace + compile = JAX's tracing, lowering and XLA compile seconds (`jax.monitoring`).", ""]
+    header = ["process", "run", "wall s", "CPU s", "trace + compile s", "of wall", "XLA compiles",
+              "longest compiles"]
+    rows = []
+    for label, runs in compile_runs.items():
+        for run in ("run1", "run2"):
+            r = runs[run]
+            total = r["trace"] + r["lower"] + r["compile"]
+            rows.append([label, run[-1], f"{r['wall']:.1f}", f"{r['cpu']:.1f}", f"{total:.1f}",
+                         f"{100 * total / r['wall']:.0f} %", r["count"], r["largest"]])
+    lines += markdown_table(header, rows, "llrrrrrl") + [""]
+    now = compile_runs.get("this commit, no persistent cache")
+    if now:
+        first = sum(now["run1"][k] for k in ("trace", "lower", "compile"))
+        second = sum(now["run2"][k] for k in ("trace", "lower", "compile"))
+        lines.append(f"- Second run in the same process, no persistent cache: trace + compile {second:.1f} s = "
+                     f"{100 * second / first:.0f} % of the first run's {first:.1f} s (pretraining and init programs "
+                     "reused; NumPyro re-traces and re-compiles its own sampling loop on every `MCMC.run`, for NUTS "
+                     "as well).")
+    cached = compile_runs.get("this commit, cache: first process")
+    if cached:
+        first = sum(cached["run1"][k] for k in ("trace", "lower", "compile"))
+        second = sum(cached["run2"][k] for k in ("trace", "lower", "compile"))
+        lines.append(f"- With `enable_compilation_cache()`: second run {second:.2f} s = {100 * second / first:.0f} % "
+                     f"of the first run's {first:.1f} s (target <= 10 %).")
+    again = compile_runs.get("this commit, cache: second process")
+    if again and cached:
+        first = sum(cached["run1"][k] for k in ("trace", "lower", "compile"))
+        proc2 = sum(again["run1"][k] for k in ("trace", "lower", "compile"))
+        lines.append(f"- A second process (cache filled by the first): its first run {proc2:.1f} s trace + compile "
+                     f"= {100 * proc2 / first:.0f} % of the first process's; what remains is tracing and lowering "
+                     "(NumPyro's loop, the model) and reading the cache.")
+    before = next((v for k, v in compile_runs.items() if k.startswith("before")), None)
+    if before and now:
+        b1 = sum(before["run1"][k] for k in ("trace", "lower", "compile"))
+        n1 = sum(now["run1"][k] for k in ("trace", "lower", "compile"))
+        b2 = sum(before["run2"][k] for k in ("trace", "lower", "compile"))
+        n2 = sum(now["run2"][k] for k in ("trace", "lower", "compile"))
+        lines.append(f"- Before/after (no cache): first run {b1:.1f} -> {n1:.1f} s trace + compile, second run "
+                     f"{b2:.1f} -> {n2:.1f} s.")
+    lines += ["", "## 2. Per step", "",
+              f"- data: {step['desc']}; X {step['X'][0]} x {step['X'][1]}; d = {step['d']} parameters; "
+              f"K = {step['K']} chains; {step['steps']} steps per timed loop, fastest of {args.rounds} interleaved "
+              "rounds", f"- MILE's tuned values used by the BlackJAX loop: step size {step['step_size']:.4f}, "
+              f"L {step['L']:.3f}",
+              f"- load average (1 min) during the timings: {' -> '.join(f'{x:.1f}' for x in step['loads'])} on "
+              f"{os.cpu_count()} CPUs", ""]
+    per = step["per"]
+    floor = per["floor: 2 vmapped gradients"]
+    seq = per["sequential: 12 single-chain 2-gradient loops"]
+    bj = per["BlackJAX mclmc loop (vmapped)"]
+    rows = []
+    for name, (wall, cpu) in per.items():
+        rows.append([name, f"{wall:.3f}", f"{cpu:.3f}", f"{wall / floor[0]:.2f}", f"{wall / seq[0]:.2f}",
+                     f"{wall / bj[0]:.2f}", f"{step['compile'][name]:.1f}"])
+    lines += markdown_table(["all chains, one step", "wall ms", "CPU ms", "/ floor", "/ sequential", "/ BlackJAX",
+                             "compile s"], rows) + [""]
+    mile = per["MILE via MCMC (two-point)"]
+    lines += [f"- Targets: MILE via `MCMC` / sequential single-chain loops = {mile[0] / seq[0]:.2f} (target <= 1.2); "
+              f"MILE / BlackJAX loop = {mile[0] / bj[0]:.2f} (target <= 1). CPU / wall of the floor = "
+              f"{floor[1] / floor[0]:.2f}: XLA's CPU backend already spreads the vmapped gradients over the cores.",
+              "- Compile column: the ahead-of-time compile of each loop (for MCMC: trace + compile of the timed "
+              "run, with the persistent cache on).", "", "## Machine", ""]
+    lines += machine_lines() + ["", f"Script wall time: {seconds:.0f} s.", ""]
+    return "\n".join(lines)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]) \
-        if argv is None else "python benchmarks/overhead.py " + " ".join(shlex.quote(a) for a in argv)
-    total_start = time.perf_counter()
-
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from numpyro_mile import MILE, deep_ensemble
-    from numpyro_mile.models import mlp_regression
-
-    clock = CompileClock()
-    jax.monitoring.register_event_duration_secs_listener(clock)
-    W, S, K = args.warmup, args.samples, args.chains
-    X, y, data_desc = load_data(args.data)
-    key = jax.random.PRNGKey(args.seed)
-    ens_key, mcmc_key, pot_key, bj_key = jax.random.split(key, 4)
-    print(f"data: {data_desc}; X {X.shape}; K={K}, W={W}, S={S}", flush=True)
-
+    if args.child:
+        print(json.dumps(child_compile(args.cache)))
+        return
     start = time.perf_counter()
-    ensemble = deep_ensemble(mlp_regression, ens_key, K, X, y, max_epochs=20, progress_bar=False, hidden=HIDDEN)
-    init_params = jax.tree.map(jnp.asarray, ensemble.init_params)
-    jax.block_until_ready(init_params)
-    ensemble_seconds = time.perf_counter() - start
-    dim = sum(int(np.prod(v.shape[1:])) for v in init_params.values())
-    print(f"deep ensemble (20 epochs): {ensemble_seconds:.1f} s; d = {dim}", flush=True)
-    loads = {}
-
-    # (a)
-    loads["a"] = [load_average()]
-    mile = measure_runs(make_mcmc(W, S, K, args.thinning, False), mcmc_key, X, y, init_params, clock, args.repeats)
-    loads["a"].append(load_average())
-    print(f"(a) MILE: first run {fmt(mile['first'].wall)} s ({fmt(mile['first_compile'])} s tracing+compilation), "
-          f"second run {fmt(mile['second'].wall)} s wall / {fmt(mile['second'].cpu)} s CPU "
-          f"({fmt(mile['compile'])} s tracing+compilation: {mile['compiles']})", flush=True)
-    recompiled = mile["compile"] > 0.05
-    if recompiled:
-        tiny_mcmc = make_mcmc(20, args.thinning, K, args.thinning, False, phase_split=(0.4, 0.1, 0.5))
-        tiny = measure_runs(tiny_mcmc, mcmc_key, X, y, init_params, clock, args.repeats)
-        loads["a"].append(load_average())
-        startup = tiny["second"].wall - tiny["compile"]
-        mile_net = mile["second"].wall - mile["compile"] - startup
-        mile_plain = mile["second"].wall - tiny["second"].wall
-        method = (
-            f"NumPyro re-traces and re-compiles on every `mcmc.run`, even for the same MCMC object and shapes: "
-            f"`jax.monitoring` reported {fmt(mile['compile'])} s of tracing+compilation ({mile['compiles']}) "
-            f"during the timed second run. A tiny MCMC (num_warmup=20, phase_split=(0.4, 0.1, 0.5), "
-            f"num_samples={args.thinning}), run twice like (a) with the second call timed, took "
-            f"{fmt(tiny['second'].wall)} s wall / {fmt(tiny['second'].cpu)} s CPU, of which {fmt(tiny['compile'])} s "
-            f"tracing+compilation ({tiny['compiles']}) and {fmt(startup)} s other startup. "
-            f"(a) = second run - its own reported tracing+compilation - the tiny run's other startup. "
-            f"(a') = second run - whole tiny run, the plain method: it is off by the difference of the two runs' "
-            f"compile times, which differ (see the compile lists)"
-        )
-        print(f"    tiny run: {fmt(tiny['second'].wall)} s wall / {fmt(tiny['second'].cpu)} s CPU "
-              f"({fmt(tiny['compile'])} s tracing+compilation) -> MILE {fmt(mile_net)} s "
-              f"(plain subtraction: {fmt(mile_plain)} s)", flush=True)
-    else:
-        tiny, startup = None, 0.0
-        mile_net = mile_plain = mile["second"].wall
-        method = ("no compilation was reported during the timed second run (same MCMC object, same shapes), "
-                  "so MILE time = time of the second `mcmc.run`")
-    # two-point estimate: a run with the same structure and ~1/10 of the steps pays the same fixed costs
-    # (startup, tracing, compilation), so the difference of the two runs is the cost of the extra steps
-    W_small, S_small = max(100, W // 10), max(1, S // 10)
-    small_steps = W_small + S_small
-    two_point = None
-    if not args.no_two_point and W + S - small_steps >= (W + S) / 2:
-        small = measure_runs(make_mcmc(W_small, S_small, K, args.thinning, False), mcmc_key, X, y, init_params,
-                             clock, args.repeats)
-        loads["a"].append(load_average())
-        scale = (W + S) / (W + S - small_steps)
-        two_point = Timing((mile["second"].wall - small["second"].wall) * scale,
-                           (mile["second"].cpu - small["second"].cpu) * scale)
-        method += (
-            f". Two-point estimate (a''): a run with num_warmup={W_small}, num_samples={S_small} (run twice, second "
-            f"timed: {fmt(small['second'].wall)} s wall / {fmt(small['second'].cpu)} s CPU; "
-            f"{fmt(small['compile'])} s tracing+compilation) pays the same fixed costs, so "
-            f"(second full run - second small run) x {W + S}/{W + S - small_steps} is the cost of {W + S} steps; "
-            f"it is the only MILE figure here in process CPU time, which other processes on the machine inflate "
-            f"far less than wall time"
-        )
-        print(f"    two-point (W={W_small}, S={S_small}): MILE {fmt(two_point.wall)} s wall / {fmt(two_point.cpu)} s CPU",
-              flush=True)
-    last = mile["last_state"]
-    step_size, L = float(jnp.mean(last.step_size)), float(jnp.mean(last.L))
-    num_nans = int(jnp.sum(last.num_nans))
-
-    # (b)
-    potential_fn = potential(X, y, pot_key)
-    loads["b"] = [load_average()]
-    floor = measure_floor(2 * (W + S), potential_fn, init_params, args.repeats)
-    loads["b"].append(load_average())
-    print(f"(b) floor: {fmt(floor['time'].wall)} s wall / {fmt(floor['time'].cpu)} s CPU for {2 * (W + S)} "
-          f"vmapped value_and_grad evaluations (AOT compile {fmt(floor['compile'])} s)", flush=True)
-
-    # (c)
-    loads["c"] = [load_average()]
-    bj = measure_blackjax(W + S, potential_fn, init_params, step_size, L, bj_key, args.repeats)
-    loads["c"].append(load_average())
-    print(f"(c) BlackJAX MCLMC loop: {fmt(bj['time'].wall)} s wall / {fmt(bj['time'].cpu)} s CPU "
-          f"(AOT compile {fmt(bj['compile'])} s; final states finite: {bj['finite']})", flush=True)
-
-    # (d)
-    prog = None
-    if not args.no_progress:
-        loads["d"] = [load_average()]
-        with progress_bar_env() as removed:
-            prog = measure_runs(make_mcmc(W, S, K, args.thinning, True), mcmc_key, X, y, init_params, clock,
-                                args.repeats)
-        loads["d"].append(load_average())
-        prog_net = prog["second"].wall - prog["compile"] - startup
-        print(f"(d) MILE with progress bar: second run {fmt(prog['second'].wall)} s wall / "
-              f"{fmt(prog['second'].cpu)} s CPU ({fmt(prog['compile'])} s tracing+compilation: {prog['compiles']}); "
-              f"environment variables removed: {sorted(removed) or 'none'}", flush=True)
-
-    profile_lines = []
-    if args.profile:
-        print("profiling ...", flush=True)
-        profile_lines = profile(args, X, y, init_params, potential_fn, step_size, L, mcmc_key, W)
-
-    total = time.perf_counter() - total_start
-    steps = W + S
-    nan = float("nan")
-    rows = [("(a) MILE, `MCMC(..., progress_bar=False)`", Timing(mile_net, nan), "a",
-             f"second run {fmt(mile['second'].wall)} s ({fmt(mile['second'].cpu)} s CPU) - its compile "
-             f"{fmt(mile['compile'])} s - startup {fmt(startup)} s")]
-    if tiny:
-        rows.append(("(a') same, plain tiny-run subtraction", Timing(mile_plain, nan), "a",
-                     f"second run {fmt(mile['second'].wall)} s - tiny run {fmt(tiny['second'].wall)} s"))
-    if two_point:
-        rows.append(("(a'') same, two-point estimate", two_point, "a", "full run - run with 1/10 of the steps, rescaled"))
-    rows += [
-        ("(b) raw floor: `fori_loop` of vmapped `value_and_grad`", floor["time"], "b", f"{2 * steps} evaluations"),
-        ("(c) BlackJAX `mclmc` step, vmapped, `fori_loop`", bj["time"], "c", f"{steps} steps, fixed step size and L"),
-    ]
-    if prog is not None:
-        rows.append(("(d) MILE, `MCMC(..., progress_bar=True)`", Timing(prog_net, nan), "d",
-                     f"second run {fmt(prog['second'].wall)} s ({fmt(prog['second'].cpu)} s CPU) - its compile "
-                     f"{fmt(prog['compile'])} s - startup {fmt(startup)} s"))
-
-    def ratio(a, b):
-        return Timing(a.wall / b.wall, a.cpu / b.cpu)
-
-    mile_t = Timing(mile_net, two_point.cpu if two_point else nan)
-    ratios = [("MILE (a) / raw floor (b)", ratio(mile_t, floor["time"]),
-               f"target <= {FLOOR_TARGET}" + ("; CPU column: (a'')" if two_point else ""))]
-    if tiny:
-        ratios.append(("MILE (a') / raw floor (b)", ratio(Timing(mile_plain, nan), floor["time"]),
-                       "plain tiny-run subtraction"))
-    if two_point:
-        ratios.append(("MILE (a'') / raw floor (b)", ratio(two_point, floor["time"]), "two-point estimate"))
-    ratios += [
-        ("MILE (a) / BlackJAX loop (c)", ratio(mile_t, bj["time"]), "CPU column: (a'')" if two_point else ""),
-        ("BlackJAX loop (c) / raw floor (b)", ratio(bj["time"], floor["time"]), ""),
-    ]
-    if prog is not None:
-        ratios.append(("progress bar on (d) / off (a)", Timing(prog_net / mile_net, nan), ""))
-        ratios.append(("progress bar on / off, whole second runs", ratio(prog["second"], mile["second"]),
-                       "compilation included"))
-
-    lines = [
-        "# MILE sampling overhead",
-        "",
-        "Generated by `benchmarks/overhead.py` (see its docstring for the method); command:",
-        "",
-        "```",
-        command,
-        "```",
-        "",
-        f"- model: `mlp_regression`, hidden {HIDDEN}, d = {dim} parameters",
-        f"- data: {data_desc}; X {X.shape[0]} x {X.shape[1]}",
-        f"- K = {K} chains (`chain_method=\"vectorized\"`), num_warmup W = {W}, num_samples S = {S}, "
-        f"thinning {args.thinning}: {steps} steps, {2 * steps} gradient evaluations per chain "
-        f"({MILE.num_grad_evals(W, S, K)} in all, with init)",
-        f"- initial positions: `deep_ensemble(..., max_epochs=20)` ({fmt(ensemble_seconds, 1)} s, not timed below)",
-        f"- tuned by MILE (mean over chains): step size {step_size:.3g}, L {L:.3g}; rejected (NaN) steps: {num_nans}; "
-        f"used as the fixed step size and L of (c)",
-        f"- timing: wall time (`time.perf_counter`) and process CPU time (`time.process_time`), fastest of "
-        f"{args.repeats} call(s), each after a warm-up/compile call of the same shapes. The compile subtraction of "
-        f"(a), (a') and (d) works on wall time only (JAX reports compile durations, not CPU time); (a'') cancels "
-        f"compilation by differencing and so has both",
-        f"- MILE method: {method}",
-        f"- load average (1 min): {fmt(loads['a'][0], 1)} at the start, {fmt(load_average(), 1)} at the end, on "
-        f"{os.cpu_count()} CPUs. Above the CPU count, other processes shared the machine and inflated the "
-        f"wall times unevenly: then trust the CPU columns, and `--profile`'s interleaved per-step comparison",
-        "",
-        "| measurement | wall s | CPU s | wall ms/step | CPU ms/step | load avg during | notes |",
-        "|---|---:|---:|---:|---:|---|---|",
-    ]
-    for name, t, tag, note in rows:
-        span = " -> ".join(fmt(v, 1) for v in loads.get(tag, []))
-        lines.append(f"| {name} | {fmt(t.wall)} | {fmt(t.cpu)} | {fmt(1e3 * t.wall / steps, 3)} | "
-                     f"{fmt(1e3 * t.cpu / steps, 3)} | {span} | {note} |")
-    lines += ["", "| ratio | wall | CPU | |", "|---|---:|---:|---|"]
-    for name, r, note in ratios:
-        lines.append(f"| {name} | {fmt(r.wall)} | {fmt(r.cpu)} | {note} |")
-    lines += [
-        "",
-        "Compile and warm-up times (not in the tables above):",
-        "",
-        f"- (a) first `mcmc.run`: {fmt(mile['first'].wall)} s, of which {fmt(mile['first_compile'])} s "
-        f"tracing+compilation (`jax.monitoring`); second run: {fmt(mile['compile'])} s ({mile['compiles']})",
-        f"- (b) ahead-of-time compile: {fmt(floor['compile'])} s; one jitted vmapped `value_and_grad` call "
-        f"dispatched from Python: {fmt(1e3 * floor['single_call'], 3)} ms",
-        f"- (c) ahead-of-time compile: {fmt(bj['compile'])} s",
-    ]
-    if prog is not None:
-        lines.append(f"- (d) first run: {fmt(prog['first'].wall)} s; second run: {fmt(prog['compile'])} s "
-                     f"tracing+compilation ({prog['compiles']})")
-    if profile_lines:
-        lines += [""] + profile_lines
-    lines += ["", "## Machine", ""]
-    lines += [f"- {k}: {v}" for k, v in machine_info().items()]
-    lines += ["", f"Script wall time: {fmt(total, 1)} s.", ""]
-    report = "\n".join(lines)
-    print()
-    print(report)
+    runs = {}
+    if args.before:
+        tree = before_worktree(args.before)
+        try:
+            runs[f"before ({args.before}), no cache"] = spawn_child(None, pythonpath=tree)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+    runs["this commit, no persistent cache"] = spawn_child(None)
+    cache = tempfile.mkdtemp(prefix="overhead-cache-")
+    runs["this commit, cache: first process"] = spawn_child(cache)
+    runs["this commit, cache: second process"] = spawn_child(cache)
+    step = per_step(args)
+    text = report(args, runs, step, time.perf_counter() - start)
+    print(text)
     if not args.no_write:
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(report)
-        print(f"wrote {out}")
+        Path(args.output).write_text(text)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """numpyro_mile: MILE, SGLD and ICSGLD kernels for Bayesian neural networks in NumPyro."""
 
 from . import approx, datasets, diagnostics, metrics, models
+from ._programs import enable_compilation_cache
 from .baselines import bde
 from .ensemble import DeepEnsemble, deep_ensemble
 from .kernels import ICSGLD, MILE, SGLD, ICSGLDState, MILEState, SGLDState
@@ -12,7 +13,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = ["MILE", "MILEState", "DeepEnsemble", "bde", "deep_ensemble", "datasets", "diagnostics", "metrics", "models",
            "log_likelihood", "predict", "to_inference_data",
-           "SGLD", "SGLDState", "ICSGLD", "ICSGLDState", "importance_weights"]
+           "SGLD", "SGLDState", "ICSGLD", "ICSGLDState", "importance_weights", "enable_compilation_cache"]
 
 from .distributed import DistributedRun, chain_mesh, run_distributed, sharded_deep_ensemble  # noqa: E402
 

@@ -71,18 +71,31 @@ class DataSplit(NamedTuple):
     ids: tuple
 
 
-def split_data(model_args: tuple, model_kwargs: dict | None) -> DataSplit:
-    """Split ``(model_args, model_kwargs)`` into arrays and a static key (see :class:`DataSplit`)."""
+def _signature(model_args: tuple, model_kwargs: dict | None, convert: bool):
     leaves, treedef = jax.tree.flatten((tuple(model_args), dict(model_kwargs or {})))
     arrays, statics, ids = [], [], []
     for leaf in leaves:
-        if _is_data(leaf):
-            arrays.append(jnp.asarray(leaf))
+        if isinstance(leaf, jax.core.Tracer):
+            if not convert:
+                return None
+            arrays.append(leaf)  # traced (e.g. chains under pmap): an argument already; never "the same data"
+            ids.append(None)
+            statics.append(None)
+        elif _is_data(leaf):
+            arrays.append(jnp.asarray(leaf) if convert else leaf)
             ids.append(id(leaf))
             statics.append(None)
         else:
             statics.append(("static", leaf))
     return DataSplit(tuple(arrays), (treedef, tuple(statics)), tuple(ids))
+
+
+def split_data(model_args: tuple, model_kwargs: dict | None) -> DataSplit:
+    """Split ``(model_args, model_kwargs)`` into arrays and a static key (see :class:`DataSplit`).
+
+    Traced array leaves (e.g. inside ``pmap``) are kept as they are, with an ``id`` of ``None``.
+    """
+    return _signature(model_args, model_kwargs, convert=True)
 
 
 def join_data(key: Hashable, arrays) -> tuple[tuple, dict]:
@@ -93,15 +106,17 @@ def join_data(key: Hashable, arrays) -> tuple[tuple, dict]:
     return jax.tree.unflatten(treedef, leaves)
 
 
-def data_ids(model_args: tuple, model_kwargs: dict | None) -> tuple | None:
-    """``id()`` of the array leaves of the model's arguments; ``None`` when any leaf is traced."""
-    ids = []
-    for leaf in jax.tree.leaves((tuple(model_args), dict(model_kwargs or {}))):
-        if isinstance(leaf, jax.core.Tracer):
-            return None
-        if _is_data(leaf):
-            ids.append(id(leaf))
-    return tuple(ids)
+def same_data(split: DataSplit | None, model_args: tuple, model_kwargs: dict | None) -> bool:
+    """Whether ``(model_args, model_kwargs)`` are the very arrays (same objects) and static values of ``split``."""
+    if split is None:
+        return False
+    now = _signature(model_args, model_kwargs, convert=False)
+    if now is None or None in split.ids or now.ids != split.ids:
+        return False
+    try:
+        return bool(now.key == split.key)
+    except Exception:  # a static value whose == is not a plain bool
+        return False
 
 
 def default_cache_dir() -> Path:

@@ -197,6 +197,10 @@ def to_inference_data(
     samples = {name: np.asarray(value) for name, value in mcmc.get_samples(group_by_chain=True).items()}
     if not samples:
         raise ValueError("the MCMC run has no samples; call mcmc.run first.")
+    last_state = getattr(mcmc, "last_state", None)
+    if last_state is not None and hasattr(mcmc.sampler, "run_warnings"):
+        for message in mcmc.sampler.run_warnings(last_state):
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
     chain_draw = next(iter(samples.values())).shape[:2]
 
     trace_args = train_args or test_args

@@ -125,13 +125,13 @@ def _time_calls(fn, arg, min_seconds: float) -> tuple[float, float, int]:
             return wall / calls, (time.process_time() - cpu) / calls, calls
 
 
-def run_warnings(state: MILEState) -> list[str]:
+def _run_warnings(state: MILEState) -> list[str]:
     """What went wrong in a run, from its last state (``mcmc.last_state``): rejected steps, ESS fallback.
 
     The compiled step reports through state fields (``num_nans``, ``diverging``,
     ``ess_fallback``) rather than host callbacks, which would keep JAX's persistent compilation
-    cache from storing the sampling loop. :func:`numpyro_mile.to_inference_data` and
-    :func:`numpyro_mile.diagnostics.summary` warn with these messages.
+    cache from storing the sampling loop. :func:`numpyro_mile.to_inference_data` warns with
+    these messages; NumPyro's ``mcmc.print_summary()`` counts rejected steps as divergences.
     """
     messages = []
     nans = np.asarray(state.num_nans)
@@ -330,6 +330,14 @@ class MILE(MCMCKernel):
     def default_fields(self) -> tuple[str, ...]:
         return ("z", "diverging")
 
+    @staticmethod
+    def run_warnings(state: MILEState) -> list[str]:
+        """Messages about a finished run from its last state (rejected steps, ESS fallback); empty when none.
+
+        :param state: ``mcmc.last_state``.
+        """
+        return _run_warnings(state)
+
     def get_diagnostics_str(self, state: MILEState) -> str:
         return "step size {:.2e}. L {:.2e}. nans {}".format(
             float(jnp.mean(state.step_size)), float(jnp.mean(state.L)), int(jnp.sum(state.num_nans))
@@ -424,10 +432,9 @@ class MILE(MCMCKernel):
         they enter the compiled loop as arguments; otherwise (traced arguments, or new data for a run
         from ``post_warmup_state``) the given ones."""
         model_kwargs = model_kwargs or {}
-        if state.data is not None and self._data is not None and self._potential_fn is None:
-            ids = _programs.data_ids(model_args, model_kwargs)
-            if ids is not None and ids == self._data.ids and len(state.data) == len(ids):
-                return _programs.join_data(self._data.key, state.data)
+        if (state.data is not None and self._potential_fn is None and len(state.data) == len(self._data.ids)
+                and _programs.same_data(self._data, model_args, model_kwargs)):
+            return _programs.join_data(self._data.key, state.data)
         return tuple(model_args), model_kwargs
 
     def sample(self, state: MILEState, model_args, model_kwargs) -> MILEState:
@@ -634,19 +641,27 @@ class MILE(MCMCKernel):
         (params, _), _ = jax.lax.scan(body, (params, optimizer.init(params)), None, length=self.map_steps)
         return params
 
-    def _chain_step(self, state: MILEState, potential_fn) -> MILEState:
-        """One step of one chain; ``state.i`` is the (shared) iteration counter."""
-        schedule = self._schedule
-        i = state.i
+    def _chain_move(self, state: MILEState, potential_fn) -> MILEState:
+        """One MCLMC step of one chain with its current step size and L (no tuning); counts a rejection."""
         key, step_key = jax.random.split(state.rng_key)
         dynamics, info = mclmc.step(step_key, state.dynamics, potential_fn, state.L, state.step_size)
-        flat, _ = ravel_pytree(dynamics.position)
+        return state._replace(i=state.i + 1, dynamics=dynamics, energy_change=info.energy_change,
+                              num_nans=state.num_nans + jnp.where(info.finite, 0, 1), rng_key=key,
+                              diverging=~info.finite)
+
+    def _chain_tune(self, state: MILEState, moved: MILEState) -> MILEState:
+        """The tuning bookkeeping of one chain after its move from ``state`` to ``moved`` (warmup only);
+        ``state.i`` is the (shared) iteration counter of the step."""
+        schedule = self._schedule
+        i = state.i
+        finite = ~moved.diverging
+        flat, _ = ravel_pytree(moved.dynamics.position)
         dim = flat.shape[0]
 
         tuning = i < schedule.num_phase1 + schedule.num_phase2
         target = adaptation.target_energy_variance(i, schedule)
         new_step_size, adapt = adaptation.update_step_size(
-            state.adapt, state.step_size, info.energy_change, info.finite, dim, target, schedule
+            state.adapt, state.step_size, moved.energy_change, finite, dim, target, schedule
         )
         # select only the small fields: a select over the whole tuple would copy the Phase III buffer every step
         adapt = state.adapt._replace(
@@ -657,30 +672,32 @@ class MILE(MCMCKernel):
         step_size = jnp.where(tuning, new_step_size, state.step_size)
 
         in_phase2 = tuning & (i >= schedule.num_phase1)
-        adapt = adaptation.accumulate_moments(adapt, flat, state.step_size, in_phase2 & info.finite)
+        adapt = adaptation.accumulate_moments(adapt, flat, state.step_size, in_phase2 & finite)
         end_of_phase2 = i == schedule.num_phase1 + schedule.num_phase2 - 1
         L = jnp.where(end_of_phase2, adaptation.L_from_moments(adapt), state.L)
 
         stored = flat if self._coords is None else flat[self._coords]
         adapt = adaptation.record_sample(adapt, stored, i - schedule.num_phase1 - schedule.num_phase2, schedule)
-        return MILEState(i + 1, dynamics, step_size, L, adapt, info.energy_change,
-                         state.num_nans + jnp.where(info.finite, 0, 1), key, ~info.finite, state.ess_fallback,
-                         state.data)
+        return moved._replace(step_size=step_size, L=L, adapt=adapt)
 
     def _tuned_L(self, samples, step_size, phase2_L) -> tuple[jax.Array, jax.Array]:
         return adaptation.L_from_ess(samples, step_size, self._schedule, mclmc.ess, phase2_L)
 
     def _step(self, state: MILEState, potential_fn) -> MILEState:
         axes = self._state_axes()
-        chain_step = lambda s: self._chain_step(s, potential_fn)  # noqa: E731
-        tuned_L = self._tuned_L
+        move = lambda s: self._chain_move(s, potential_fn)  # noqa: E731
+        tune, tuned_L = self._chain_tune, self._tuned_L
         if self._batched:
-            chain_step = jax.vmap(chain_step, in_axes=(axes,), out_axes=axes)
+            move = jax.vmap(move, in_axes=(axes,), out_axes=axes)
+            tune = jax.vmap(tune, in_axes=(axes, axes), out_axes=axes)
             tuned_L = jax.vmap(tuned_L)
-        new_state = chain_step(state)
+        moved = move(state)
+        # warmup only: the tuning bookkeeping; the predicate is the shared counter, so after warmup a
+        # step is the MCLMC move alone (a branch, not a select that computes both)
+        new_state = jax.lax.cond(state.i < self._num_warmup, lambda: tune(state, moved), lambda: moved)
 
-        # end of warmup: L from the Phase III ESS; the branch predicate is the shared counter, so the FFT
-        # runs once, and only L (not the state with its sample buffer) passes through the cond
+        # end of warmup: L from the Phase III ESS; the FFT runs once, and only L (not the state with its
+        # sample buffer) passes through the cond
         def end_of_warmup():
             L, ok = tuned_L(new_state.adapt.samples, new_state.step_size, new_state.L)
             return L, ~ok

@@ -1,0 +1,150 @@
+"""Compile once: a second run of the same model and shapes reuses MILE's compiled programs, the data
+are arguments of those programs (never constants), and the persistent compilation cache serves
+NumPyro's sampling loop. No timing is asserted: what is counted are XLA compilations (JAX's
+monitoring events), which do not depend on the machine's load."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpyro.infer import MCMC
+from numpyro.infer.util import potential_energy
+
+from numpyro_mile import MILE, _programs
+from numpyro_mile.datasets import toy_regression
+from numpyro_mile.models import mlp_regression
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+class Compiles:
+    """Names of the programs XLA compiled while active."""
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.active = False
+        jax.monitoring.register_event_duration_secs_listener(self)
+
+    def __call__(self, event, duration, **kwargs):
+        if self.active and event == COMPILE_EVENT:
+            self.names.append(kwargs.get("fun_name", "?"))
+
+    def __enter__(self):
+        self.names, self.active = [], True
+        return self
+
+    def __exit__(self, *exc):
+        self.active = False
+
+
+@pytest.fixture(scope="module")
+def compiles():
+    return Compiles()
+
+
+def mile_run(X, y, key=0, **mcmc_kw):
+    kernel = MILE(mlp_regression, phase_split=(0.4, 0.1, 0.5),
+                  ensemble_options=dict(max_epochs=5, progress_bar=False))
+    mcmc = MCMC(kernel, num_warmup=40, num_samples=20, num_chains=2, chain_method="vectorized", progress_bar=False,
+                **mcmc_kw)
+    mcmc.run(jax.random.PRNGKey(key), X, y, hidden=(5,))
+    return mcmc
+
+
+def test_second_run_reuses_pretraining_and_init_programs(compiles):
+    X, y = toy_regression(64, seed=3)
+    mile_run(X, y)
+    with compiles:  # new data values (same shapes), a new key, a new kernel and MCMC object
+        mcmc = mile_run(X + 0.5, y - 0.25, key=1)
+    # only NumPyro's own loop is compiled again (it re-traces it on every run, for NUTS as well)
+    assert compiles.names == ["jit(_fori_collect_loop)"], compiles.names
+    assert np.all(np.isfinite(np.asarray(mcmc.get_samples()["w0"])))
+
+
+def test_data_are_arguments_of_the_loop_not_constants():
+    """NumPyro passes the data to ``sample`` as constants (``jit_model_args=False``); the step uses the copy
+    carried in the state, so the traced step closes over no array of the data's shape."""
+    X, y = toy_regression(300, seed=4)
+    mcmc = mile_run(X, y)
+    kernel, state = mcmc.sampler, mcmc.last_state
+    assert state.data is not None and len(state.data) == 2  # X and y travel with the state
+
+    def shapes_of_constants(model_args):
+        closed = jax.make_jaxpr(lambda s: kernel.sample(s, model_args, {"hidden": (5,)}))(state)
+        return {tuple(np.shape(c)) for c in closed.consts}
+
+    assert not {X.shape, y.shape} & shapes_of_constants((X, y))
+    # other arrays than those of init (e.g. new data for a run from post_warmup_state) are used as given
+    assert {X.shape, y.shape} <= shapes_of_constants((X.copy(), y.copy()))
+
+
+def test_new_data_through_post_warmup_state_is_used():
+    """Continuing from post_warmup_state with other data samples the posterior of the new data."""
+    X, y = toy_regression(64, seed=5)
+    mcmc = mile_run(X, y)
+    mcmc.post_warmup_state = mcmc.last_state
+    y_new = y + 3.0
+    mcmc.run(jax.random.PRNGKey(2), X, y_new, hidden=(5,))
+    last = mcmc.last_state
+    z = jax.tree.map(lambda a: a[0], last.z)
+    expected = potential_energy(mlp_regression, (X, y_new), {"hidden": (5,)}, z)
+    old = potential_energy(mlp_regression, (X, y), {"hidden": (5,)}, z)
+    np.testing.assert_allclose(float(last.potential_energy[0]), float(expected), rtol=1e-4)
+    assert abs(float(expected) - float(old)) > 10.0  # the two data sets are told apart
+
+
+def test_split_and_join_data_round_trip():
+    X = np.ones((3, 2), np.float32)
+    args, kwargs = (X, None), {"hidden": (4,), "scale": jnp.ones(3)}
+    split = _programs.split_data(args, kwargs)
+    assert len(split.arrays) == 2 and all(isinstance(a, jax.Array) for a in split.arrays)
+    hash(split.key)
+    args2, kwargs2 = _programs.join_data(split.key, split.arrays)
+    assert args2[1] is None and kwargs2["hidden"] == (4,)
+    np.testing.assert_array_equal(args2[0], X)
+    assert _programs.same_data(split, args, kwargs)
+    assert not _programs.same_data(split, (X.copy(), None), kwargs)  # other arrays
+    assert not _programs.same_data(split, args, {**kwargs, "hidden": (8,)})  # other static values
+
+
+SECOND_PROCESS = """
+import sys, jax
+from numpyro.infer import MCMC
+from numpyro_mile import MILE, enable_compilation_cache
+from numpyro_mile.datasets import toy_regression
+from numpyro_mile.models import mlp_regression
+enable_compilation_cache(sys.argv[1])
+events = {"hits": 0, "misses": 0}
+def listen(event, **kwargs):
+    for name in events:
+        if event == "/jax/compilation_cache/cache_" + name:
+            events[name] += 1
+jax.monitoring.register_event_listener(listen)
+X, y = toy_regression(64, seed=int(sys.argv[2]))
+kernel = MILE(mlp_regression, phase_split=(0.4, 0.1, 0.5), ensemble_options=dict(max_epochs=5, progress_bar=False))
+mcmc = MCMC(kernel, num_warmup=40, num_samples=20, num_chains=2, chain_method="vectorized", progress_bar=False)
+mcmc.run(jax.random.PRNGKey(int(sys.argv[2])), X, y, hidden=(5,))
+print(events["hits"], events["misses"])
+"""
+
+
+@pytest.mark.slow
+def test_persistent_cache_serves_a_second_process(tmp_path):
+    """A new process with other data values and key compiles nothing: every program comes from the cache."""
+    def run(seed):
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(SECOND_PROCESS), str(tmp_path), str(seed)],
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        hits, misses = map(int, out.stdout.split()[-2:])
+        return hits, misses
+
+    first_hits, first_misses = run(1)
+    assert first_misses > 0
+    hits, misses = run(2)
+    assert misses == 0 and hits >= first_misses - 1, (hits, misses, first_misses)
