@@ -26,6 +26,14 @@ when the file is absent). Loops of ``--steps`` steps, each compiled ahead of tim
   both runs after a run of the same shapes, with the persistent cache on (so that NumPyro's
   re-traced loop is not compiled again).
 
+**3. The reference implementations' setting** (issue #17, point 4): airfoil, ``K = 12``, deep
+ensemble (MILE's early stopping), MILE 10,000 warmup + 2,000 steps thinned by 10, seeds 1-3, with
+the persistent cache on as a user would have it after a first run (each seed's run is preceded by
+a 20-step run of the same shapes, which fills it). Reported: sampler wall/CPU seconds with and
+without trace + compile, and test LPPD. The reference implementations were not run here: their
+figures (MILE authors' code 67-135 s wall, scikit-learn-contrib ``bde`` 77-112 s wall, LPPD
+0.580 +- 0.014 and 0.576 +- 0.021) are quoted from issue #17's measurement on this machine type.
+
 Usage::
 
     python benchmarks/overhead.py                        # writes docs/benchmarks/overhead.md
@@ -57,6 +65,7 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=500, help="steps per timed loop (default 500)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (default 3)")
     parser.add_argument("--mcmc-steps", type=int, default=2000, help="W + S of the MCMC two-point run (default 2000)")
+    parser.add_argument("--no-reference-budget", action="store_true", help="skip part 3")
     parser.add_argument("--before", default=None, help="git revision to measure part 1 (a) for, as 'before'")
     parser.add_argument("--data", default=None, help="folder with airfoil.data (default $NUMPYRO_MILE_DATA, "
                                                      "else ../shared/data/uci)")
@@ -90,6 +99,7 @@ def child_compile(cache: str | None) -> dict:
         with clock.measure():
             _, t = timed(lambda: (mcmc.run(jax.random.PRNGKey(key), X, np.asarray(y) + shift, hidden=HIDDEN),
                                   mcmc.get_samples())[1])
+        out["module"] = numpyro_mile.__file__
         out[f"run{run + 1}"] = {"wall": t.wall, "cpu": t.cpu, **clock.parts(), "largest": clock.largest(),
                                 "pretrain": float(kernel.ensembles[0].fit_seconds)}
     return out
@@ -242,8 +252,51 @@ def per_step(args) -> dict:
             "mcmc": (big, small, t_big, t_small)}
 
 
+# ============================================================================ part 3: reference setting
+REFERENCE_QUOTED = {"MILE authors' code": ("67-135", "0.580 ± 0.014"), "scikit-learn-contrib bde": ("77-112",
+                                                                                                    "0.576 ± 0.021")}
+
+
+def reference_budget(args) -> list[dict]:
+    import jax
+    import numpy as np
+    from numpyro.infer import MCMC
+
+    from numpyro_mile import MILE, deep_ensemble
+    from numpyro_mile.datasets import load_uci, split, standardize
+    from numpyro_mile.experiments import evaluate_regression
+    from numpyro_mile.models import mlp_regression
+
+    data_dir = args.data or os.environ.get("NUMPYRO_MILE_DATA") or str(DEFAULT_DATA)
+    X, y = load_uci("airfoil", data_dir=data_dir)
+    clock = CompileClock.get()
+    rows = []
+    for seed in (1, 2, 3):
+        (train, val, test), _ = standardize(split(X, y, seed=seed))
+        key_de, key_mile = jax.random.split(jax.random.PRNGKey(seed))
+        de = deep_ensemble(mlp_regression, key_de, 12, *train, validation=val, early_stopping="mile",
+                           progress_bar=False, hidden=HIDDEN)
+
+        def run(num_warmup, num_samples):
+            kernel = MILE(mlp_regression, phase_split=(0.8, 0.1, 0.1) if num_warmup >= 100 else (0.4, 0.1, 0.5))
+            mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=12, thinning=10,
+                        chain_method="vectorized", progress_bar=False)
+            mcmc.run(key_mile, *train, init_params=de.init_params, hidden=HIDDEN)
+            return mcmc
+
+        timed(lambda: run(20, 10).get_samples())  # the same shapes: fills the persistent cache
+        with clock.measure():
+            mcmc, t = timed(lambda: run(10_000, 2_000))
+        compile_s = clock.total
+        _, lppd = evaluate_regression(mlp_regression, mcmc.get_samples(), *test, hidden=HIDDEN)
+        rows.append({"seed": seed, "wall": t.wall, "cpu": t.cpu, "compile": compile_s, "lppd": float(lppd),
+                     "load": load_average()})
+        print(f"[reference setting] seed {seed}: {t.wall:.1f} s wall, LPPD {lppd:.3f}", file=sys.stderr)
+    return rows
+
+
 # ============================================================================ report
-def report(args, compile_runs: dict, step: dict, seconds: float) -> str:
+def report(args, compile_runs: dict, step: dict, reference: list | None, seconds: float) -> str:
     lines = ["# MILE: compilation and per-step cost on CPU", "",
              "Generated by `benchmarks/overhead.py` (method in its docstring); command:", "", "```",
              command_line(), "```", "", "## 1. Compilation: first run, second run, second process", "",
@@ -312,7 +365,31 @@ def report(args, compile_runs: dict, step: dict, seconds: float) -> str:
               f"MILE / BlackJAX loop = {mile[0] / bj[0]:.2f} (target <= 1). CPU / wall of the floor = "
               f"{floor[1] / floor[0]:.2f}: XLA's CPU backend already spreads the vmapped gradients over the cores.",
               "- Compile column: the ahead-of-time compile of each loop (for MCMC: trace + compile of the timed "
-              "run, with the persistent cache on).", "", "## Machine", ""]
+              "run, with the persistent cache on).", ""]
+    if reference:
+        import numpy as np
+
+        walls = np.array([r["wall"] for r in reference])
+        nets = np.array([r["wall"] - r["compile"] for r in reference])
+        lppds = np.array([r["lppd"] for r in reference])
+        lines += ["## 3. The reference implementations' setting", "",
+                  "Airfoil, K = 12, MILE 10,000 warmup + 2,000 steps thinned by 10, seeds 1-3, persistent cache "
+                  "filled by a 20-step run of the same shapes. The reference implementations were not run here: their "
+                  "figures are quoted from issue #17 (same machine type, three seeds).", ""]
+        rows = [[f"numpyro_mile (seed {r['seed']})", f"{r['wall']:.1f}", f"{r['cpu']:.1f}",
+                 f"{r['wall'] - r['compile']:.1f}", f"{r['lppd']:.3f}", f"{r['load']:.1f}"] for r in reference]
+        rows.append(["numpyro_mile, mean ± sd", f"{walls.mean():.1f} ± {walls.std(ddof=1):.1f}", "",
+                     f"{nets.mean():.1f} ± {nets.std(ddof=1):.1f}", f"{lppds.mean():.3f} ± {lppds.std(ddof=1):.3f}",
+                     ""])
+        for name, (wall, lppd) in REFERENCE_QUOTED.items():
+            rows.append([f"{name} (quoted)", wall, "", "", lppd, ""])
+        lines += markdown_table(["implementation", "sampler wall s", "CPU s", "wall s without trace + compile",
+                                 "test LPPD", "load after"], rows) + [""]
+        lines.append(f"- Our mean sampler wall time / the fastest quoted reference run (67 s): "
+                     f"{walls.mean() / 67:.2f} (target <= 0.5 at equal LPPD); / the slowest (135 s): "
+                     f"{walls.mean() / 135:.2f}.")
+        lines.append("")
+    lines += ["## Machine", ""]
     lines += machine_lines() + ["", f"Script wall time: {seconds:.0f} s.", ""]
     return "\n".join(lines)
 
@@ -328,6 +405,8 @@ def main(argv=None):
         tree = before_worktree(args.before)
         try:
             runs[f"before ({args.before}), no cache"] = spawn_child(None, pythonpath=tree)
+            if not runs[f"before ({args.before}), no cache"]["module"].startswith(str(tree)):
+                raise RuntimeError("the 'before' process imported this checkout's numpyro_mile, not the worktree's")
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
     runs["this commit, no persistent cache"] = spawn_child(None)
@@ -335,7 +414,8 @@ def main(argv=None):
     runs["this commit, cache: first process"] = spawn_child(cache)
     runs["this commit, cache: second process"] = spawn_child(cache)
     step = per_step(args)
-    text = report(args, runs, step, time.perf_counter() - start)
+    reference = None if args.no_reference_budget else reference_budget(args)
+    text = report(args, runs, step, reference, time.perf_counter() - start)
     print(text)
     if not args.no_write:
         Path(args.output).write_text(text)

@@ -43,6 +43,7 @@ from numpyro.infer import Predictive
 from numpyro.infer.util import log_likelihood as _numpyro_log_likelihood
 
 from . import _model_utils as mu
+from . import _programs
 
 __all__ = ["Moments", "full_plate_model", "log_likelihood", "predict"]
 
@@ -71,27 +72,11 @@ def _on_trace() -> None:
 # --------------------------------------------------------------------------------------
 
 
-def _is_array(x) -> bool:
-    return isinstance(x, (np.ndarray, jax.Array))
-
-
 def _split_dynamic(args: tuple, kwargs: dict):
-    """Separate array arguments (traced by jit) from the others (closed over as constants).
-
-    :returns: ``(dynamic, rebuild)`` where ``rebuild(dynamic)`` gives back ``(args, kwargs)``.
-    """
-    dyn_args = tuple(a if _is_array(a) else None for a in args)
-    dyn_kwargs = {k: v for k, v in kwargs.items() if _is_array(v)}
-    static_args = tuple(None if _is_array(a) else a for a in args)
-    static_kwargs = {k: v for k, v in kwargs.items() if not _is_array(v)}
-    is_dyn = tuple(_is_array(a) for a in args)
-
-    def rebuild(dynamic):
-        d_args, d_kwargs = dynamic
-        new_args = tuple(d if flag else s for d, s, flag in zip(d_args, static_args, is_dyn))
-        return new_args, {**static_kwargs, **d_kwargs}
-
-    return (dyn_args, dyn_kwargs), rebuild
+    """Array arguments (traced by jit) apart from the others (static): ``(dynamic, rebuild)`` where
+    ``rebuild(dynamic)`` gives back ``(args, kwargs)`` (see :func:`numpyro_mile._programs.split_data`)."""
+    split = _programs.split_data(args, kwargs)
+    return split.arrays, lambda dynamic: _programs.join_data(split.key, dynamic)
 
 
 def full_plate_model(model: Callable, model_args: tuple = (), model_kwargs: dict | None = None) -> Callable:

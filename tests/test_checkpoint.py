@@ -123,7 +123,6 @@ def test_mile_killed_mid_sampling_or_mid_warmup_resumes_bit_for_bit(tmp_path):
                                               num_chains=2, thinning=3, chunk_size=40, min_seconds=0.01, **kwargs)
     # the data the state carries through the loop are counted once, in data_bytes
     state_bytes = sum(x.nbytes for x in jax.tree.leaves(reference.last_state._replace(data=None)))
-    assert cost.data_bytes == sum(x.nbytes for x in jax.tree.leaves(reference.last_state.data))
     assert cost.state_bytes <= state_bytes <= cost.state_bytes + 2 * 64  # + a few scalars per chain
     draws = reference.get_samples(group_by_chain=True)
     assert cost.sample_bytes == sum(v.nbytes for v in draws.values())

@@ -1,0 +1,26 @@
+"""Test session setup: one JAX persistent compilation cache for the whole session.
+
+Many tests compile the same programs (the same toy models and shapes, NumPyro's sampling loop that
+it re-compiles on every ``MCMC.run``); with the cache, a program is compiled once per session and
+read back afterwards, in this process and in the subprocesses that tests start (the environment
+variables are inherited). A fresh folder per session: nothing is reused from an earlier one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+_CACHE = tempfile.mkdtemp(prefix="numpyro-mile-tests-jax-cache-")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+import jax  # noqa: E402  (after the environment: JAX reads it when its configuration is created)
+
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_CACHE, ignore_errors=True)
