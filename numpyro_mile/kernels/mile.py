@@ -92,7 +92,8 @@ class CostEstimate(NamedTuple):
         and variance (``5 d``), and the Phase III buffer (``num_stored x min(d, ess_num_coords)``).
     :ivar sample_bytes: all kept draws, ``num_chains x (num_samples // thinning)`` times the
         constrained values of one draw (latent and deterministic sites), in the storage dtype.
-    :ivar data_bytes: the array model arguments.
+    :ivar data_bytes: the array model arguments. (The state carries them through the sampling
+        loop as JAX arrays: JAX inputs are shared, NumPy inputs are copied once to the device.)
     :ivar predicted_bytes: ``data_bytes + state_bytes +`` the draws held at once: all of them, or
         one chunk with ``chunk_size`` (:func:`numpyro_mile.run_chunked`). ``MCMC.run`` also makes
         transient copies of its draws (see ``docs/benchmarks/long_runs.md``).
@@ -463,9 +464,10 @@ class MILE(MCMCKernel):
         ``value_and_grad`` of the potential instead (cheaper to compile) and counts two per step:
         a lower bound. Memory follows from the shapes (see :class:`CostEstimate`).
 
-        .. note:: compilation of the run (``MCMC.run`` compiles the whole sampling loop, on every
-            call) and deep-ensemble pretraining come on top of ``predicted_seconds``;
-            ``compile_seconds`` is the compile time of the timed step, a lower bound of the former.
+        .. note:: compilation of the run (``MCMC.run`` compiles NumPyro's sampling loop on every
+            call unless :func:`numpyro_mile.enable_compilation_cache` is on) and deep-ensemble
+            pretraining come on top of ``predicted_seconds``; ``compile_seconds`` is the compile
+            time of the timed step, a lower bound of the former.
 
         :param rng_key: PRNG key.
         :param model_args: the model's arguments, as for ``MCMC.run``.
