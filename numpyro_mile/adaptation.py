@@ -171,11 +171,18 @@ def L_from_moments(adapt: AdaptationState) -> jax.Array:
 
 
 def record_sample(adapt: AdaptationState, position_sub, step_in_phase3, schedule: Schedule) -> AdaptationState:
-    """Store the position when ``step_in_phase3`` is a non-negative multiple of the Phase III thinning."""
+    """Store the position when ``step_in_phase3`` is a non-negative multiple of the Phase III thinning.
+
+    Works on one chain (``samples`` ``(num_stored, d_sub)``, ``position_sub`` ``(d_sub,)``) or on
+    all chains at once (leading chain axes on both) with a shared ``step_in_phase3``: one
+    in-place row update of the buffer either way.
+    """
     slot = jnp.clip(step_in_phase3 // schedule.thin3, 0, schedule.num_stored - 1)
     active = (step_in_phase3 >= 0) & (step_in_phase3 < schedule.num_phase3) & (step_in_phase3 % schedule.thin3 == 0)
-    row = jnp.where(active, position_sub, adapt.samples[slot])
-    return adapt._replace(samples=adapt.samples.at[slot].set(row))
+    old = jax.lax.dynamic_slice_in_dim(adapt.samples, slot, 1, axis=adapt.samples.ndim - 2)
+    row = jnp.where(active, jnp.expand_dims(position_sub, -2), old)
+    return adapt._replace(samples=jax.lax.dynamic_update_slice_in_dim(adapt.samples, row, slot,
+                                                                      axis=adapt.samples.ndim - 2))
 
 
 def L_from_ess(samples, step_size, schedule: Schedule, ess_fn, fallback_L) -> tuple[jax.Array, jax.Array]:

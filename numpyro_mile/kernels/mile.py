@@ -678,9 +678,16 @@ class MILE(MCMCKernel):
         end_of_phase2 = i == schedule.num_phase1 + schedule.num_phase2 - 1
         L = jnp.where(end_of_phase2, adaptation.L_from_moments(adapt), state.L)
 
-        stored = flat if self._coords is None else flat[self._coords]
-        adapt = adaptation.record_sample(adapt, stored, i - schedule.num_phase1 - schedule.num_phase2, schedule)
         return moved._replace(step_size=step_size, L=L, adapt=adapt)
+
+    def _record(self, state: MILEState, i) -> MILEState:
+        """Phase III: store the (coordinate-subsampled) positions of all chains at once (a shared slot)."""
+        schedule = self._schedule
+        flat = ravel_pytree(state.dynamics.position)[0] if not self._batched else jax.vmap(
+            lambda p: ravel_pytree(p)[0])(state.dynamics.position)
+        stored = flat if self._coords is None else flat[..., self._coords]
+        adapt = adaptation.record_sample(state.adapt, stored, i - schedule.num_phase1 - schedule.num_phase2, schedule)
+        return state._replace(adapt=adapt)
 
     def _tuned_L(self, samples, step_size, phase2_L) -> tuple[jax.Array, jax.Array]:
         return adaptation.L_from_ess(samples, step_size, self._schedule, mclmc.ess, phase2_L)
@@ -696,7 +703,8 @@ class MILE(MCMCKernel):
         moved = move(state)
         # warmup only: the tuning bookkeeping; the predicate is the shared counter, so after warmup a
         # step is the MCLMC move alone (a branch, not a select that computes both)
-        new_state = jax.lax.cond(state.i < self._num_warmup, lambda: tune(state, moved), lambda: moved)
+        new_state = jax.lax.cond(state.i < self._num_warmup, lambda: self._record(tune(state, moved), state.i),
+                                 lambda: moved)
 
         # end of warmup: L from the Phase III ESS; the FFT runs once, and only L (not the state with its
         # sample buffer) passes through the cond
