@@ -48,11 +48,6 @@ def program(key: Hashable, build: Callable[[], Callable]) -> Callable:
     return fn
 
 
-def clear_programs() -> None:
-    """Forget every kept program (the next run compiles again)."""
-    _PROGRAMS.clear()
-
-
 def _is_data(leaf) -> bool:
     return isinstance(leaf, (np.ndarray, jax.Array, np.generic))
 
