@@ -2,24 +2,33 @@
 
 from . import approx, datasets, diagnostics, metrics, models
 from ._programs import enable_compilation_cache
+from ._version import __version__
 from .baselines import bde
 from .ensemble import DeepEnsemble, deep_ensemble
+from .inference_data import load_inference_data, to_inference_data
 from .kernels import ICSGLD, MILE, SGLD, ICSGLDState, MILEState, SGLDState
+from .kernels.icsgld import importance_weights
 from .predictive import log_likelihood, predict
-from .reporting import to_inference_data
-from .weights import importance_weights
+from .runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .runs.chunked import ChunkedRun, run_chunked
+from .runs.distributed import DistributedRun, chain_mesh, run_distributed, sharded_deep_ensemble
+from .runs.sample_store import SampleStore, load_samples
 
-__version__ = "0.1.0.dev0"
-
-__all__ = ["MILE", "MILEState", "DeepEnsemble", "bde", "deep_ensemble", "datasets", "diagnostics", "metrics", "models",
-           "log_likelihood", "predict", "to_inference_data",
-           "SGLD", "SGLDState", "ICSGLD", "ICSGLDState", "importance_weights", "enable_compilation_cache"]
-
-from .distributed import DistributedRun, chain_mesh, run_distributed, sharded_deep_ensemble  # noqa: E402
-
-__all__ += ["DistributedRun", "chain_mesh", "run_distributed", "sharded_deep_ensemble"]
-from .checkpoint import CheckpointError, ChunkedRun, load_checkpoint, run_chunked, save_checkpoint  # noqa: E402
-from .streaming import SampleStore, load_inference_data, load_samples  # noqa: E402
-
-__all__ += ["save_checkpoint", "load_checkpoint", "run_chunked", "ChunkedRun", "CheckpointError",
-            "SampleStore", "load_samples", "load_inference_data"]
+__all__ = [
+    "__version__",
+    # kernels and their states
+    "MILE", "MILEState", "SGLD", "SGLDState", "ICSGLD", "ICSGLDState",
+    # deep ensembles and the BDE baseline
+    "DeepEnsemble", "deep_ensemble", "bde",
+    # predictions and reporting
+    "predict", "log_likelihood", "to_inference_data", "importance_weights",
+    # long runs: checkpoints, chunked runs, sample stores
+    "save_checkpoint", "load_checkpoint", "CheckpointError", "run_chunked", "ChunkedRun", "SampleStore",
+    "load_samples", "load_inference_data",
+    # chains over devices
+    "run_distributed", "DistributedRun", "chain_mesh", "sharded_deep_ensemble",
+    # compilation
+    "enable_compilation_cache",
+    # submodules
+    "approx", "datasets", "diagnostics", "metrics", "models",
+]

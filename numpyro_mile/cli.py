@@ -11,6 +11,15 @@ import time
 
 import jax
 import numpy as np
+from numpyro.infer import MCMC
+
+from . import metrics
+from .baselines import bde
+from .datasets import split, standardize, toy_regression
+from .ensemble import deep_ensemble
+from .kernels import MILE
+from .models import mlp_regression
+from .predictive import log_likelihood, predict
 
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
@@ -40,8 +49,6 @@ class _CompileSeconds:
 
 
 def _load(name: str, seed: int):
-    from .datasets import split, standardize, toy_regression
-
     if name == "diabetes":
         from sklearn.datasets import load_diabetes
 
@@ -55,9 +62,6 @@ def _load(name: str, seed: int):
 
 
 def _pointwise(model, samples, X, y, **model_kwargs):
-    from . import metrics
-    from .predictive import log_likelihood, predict
-
     latent = {k: v for k, v in samples.items() if k not in ("mu", "sigma", "y")}
     ll = np.asarray(log_likelihood(model, latent, X, y, **model_kwargs)["y"])
     mu = np.asarray(predict(model, latent, X, return_sites=["mu"], **model_kwargs)["mu"])
@@ -66,13 +70,6 @@ def _pointwise(model, samples, X, y, **model_kwargs):
 
 def demo(args: argparse.Namespace) -> int:
     """DE, MILE and BDE from the same ensemble; prints a markdown table, the time ratio and a verdict."""
-    from numpyro.infer import MCMC
-
-    from .baselines import bde
-    from .ensemble import deep_ensemble
-    from .kernels import MILE
-    from .models import mlp_regression
-
     ((X_train, y_train), val, (X_test, y_test)), desc = _load(args.data, args.seed)
     model_kwargs = {"hidden": tuple(args.hidden)}
     key_de, key_mile, key_bde = jax.random.split(jax.random.PRNGKey(args.seed), 3)
@@ -88,7 +85,6 @@ def demo(args: argparse.Namespace) -> int:
     de_seconds = time.perf_counter() - start
     say(f"deep ensemble trained in {de_seconds:.1f} s (epochs {np.asarray(ensemble.num_epochs).tolist()})")
 
-    steps = args.mile_warmup + args.mile_samples
     say(f"MILE: {args.mile_warmup:,} warmup + {args.mile_samples:,} steps per chain (thinned by {args.thinning}) ...")
     mile_mcmc = MCMC(MILE(mlp_regression), num_warmup=args.mile_warmup, num_samples=args.mile_samples,
                      num_chains=args.chains, thinning=args.thinning, chain_method="vectorized", progress_bar=progress)

@@ -366,7 +366,7 @@ def fit_members(
                 break
         if bar is not None:
             bar.close()
-        # to_host: members sharded over several processes (numpyro_mile.distributed) are gathered
+        # to_host: members sharded over several processes (numpyro_mile.runs.distributed) are gathered
         train_loss = to_host(jnp.stack(train_curve, axis=1))
         val_loss = to_host(jnp.stack(val_curve, axis=1))
     else:  # traced (e.g. inside pmap): the same epochs in a while loop

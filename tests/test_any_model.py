@@ -17,7 +17,7 @@ from test_mile import check_moments as check_vector_moments
 
 from numpyro_mile import ICSGLD, MILE, SGLD
 from numpyro_mile.diagnostics import ess
-from numpyro_mile.weights import importance_weights
+from numpyro_mile import importance_weights
 
 EXACT = (5e-4, 5e-4)  # energy-variance target small enough that MCLMC's step-size bias is below MC error
 

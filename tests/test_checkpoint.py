@@ -22,7 +22,7 @@ from numpyro_mile import (MILE, SGLD, CheckpointError, SampleStore, load_checkpo
                           load_samples, run_chunked, save_checkpoint)
 from numpyro_mile.datasets import toy_regression
 from numpyro_mile.models import mlp_regression
-from numpyro_mile.streaming import round_to_dtype
+from numpyro_mile._arrays import round_to_dtype
 
 REPO = Path(__file__).resolve().parents[1]
 KILLED = 17  # exit status of a subprocess that killed itself after a chunk
@@ -218,7 +218,7 @@ def test_nuts_stopped_mid_warmup_resumes_and_saved_warmup_continues_mcmc(tmp_pat
 
 # ------------------------------------------------------------------------------------------ file integrity
 def small_state():
-    from numpyro_mile.kernels.sgld import RunningMoments
+    from numpyro_mile.kernels._langevin import RunningMoments
 
     return RunningMoments(count=jnp.asarray(3), mean={"a": jnp.arange(4.0), "b": None},
                           m2=[jax.random.key(5), np.float32(2.5), (1, jnp.ones((2, 2), jnp.int8))])
@@ -262,7 +262,7 @@ def test_roundtrip_truncation_damage_version_and_crash_during_save(tmp_path, mon
 
     # a crash while writing the next checkpoint leaves the previous one readable
     path.write_bytes(good)
-    import numpyro_mile.streaming as streaming
+    import numpyro_mile.runs.sample_store as streaming
 
     def crash(fd):
         raise KeyboardInterrupt("killed while saving")
@@ -297,7 +297,7 @@ def test_sample_store_layout_and_errors(tmp_path):
 
 
 def test_checkpoints_without_later_settings_match_their_reproducing_values():
-    from numpyro_mile.checkpoint import _differences
+    from numpyro_mile.runs.checkpoint import _differences
 
     now = {"kernel_settings": {"target_schedule": "auto", "_potential_fn": None, "n_eff": 100.0}}
     assert _differences({"kernel_settings": {"n_eff": 100.0}}, now) == []

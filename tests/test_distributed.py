@@ -1,4 +1,4 @@
-"""Chains sharded over devices and processes (numpyro_mile.distributed).
+"""Chains sharded over devices and processes (numpyro_mile.runs.distributed).
 
 The multi-device checks run in subprocesses: one process with 4 virtual CPU devices
 (``--xla_force_host_platform_device_count=4``), and two processes joined by
@@ -27,7 +27,7 @@ import pytest
 from numpyro.infer import MCMC
 
 from numpyro_mile import run_distributed
-from numpyro_mile.distributed import chain_mesh, collectives, padded_size, shard_chains, to_host
+from numpyro_mile.runs.distributed import chain_mesh, collectives, padded_size, shard_chains, to_host
 
 TOL = {"mile": 1e-3, "sgld": 1e-5, "icsgld": 1e-5}
 COUNTS = (3, 4, 6)
@@ -60,7 +60,7 @@ FOUR_DEVICES = MODEL + """
 import json, warnings
 from numpyro.infer import MCMC
 from numpyro_mile import deep_ensemble, run_distributed, sharded_deep_ensemble
-from numpyro_mile.distributed import collectives, to_host
+from numpyro_mile.runs.distributed import collectives, to_host
 warnings.simplefilter("ignore")
 assert jax.device_count() == 4
 keys = jax.random.split(jax.random.PRNGKey(0), 6)

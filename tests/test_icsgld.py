@@ -14,7 +14,7 @@ from numpyro_mile.kernels.icsgld import ICSGLD
 from numpyro_mile.kernels.sgld import SGLD
 from numpyro_mile.metrics import lppd
 from numpyro_mile.models import mlp_regression
-from numpyro_mile.weights import importance_weights
+from numpyro_mile.kernels.icsgld import importance_weights
 
 
 def test_zeta_zero_is_sgld_bit_for_bit():

@@ -169,7 +169,7 @@ def test_nan_during_sampling_is_rejected_counted_and_warned():
 
     mcmc = MCMC(MILE(model), num_warmup=200, num_samples=300, progress_bar=False)
     mcmc.warmup(jax.random.PRNGKey(0), trap=False)
-    assert not MILE.run_warnings(mcmc.last_state)
+    assert not mcmc.sampler.run_warnings(mcmc.last_state)
     mcmc.run(jax.random.PRNGKey(1), trap=True, extra_fields=("num_nans",))
     x = np.asarray(mcmc.get_samples()["x"])
     assert np.all(np.isfinite(x))
@@ -179,7 +179,7 @@ def test_nan_during_sampling_is_rejected_counted_and_warned():
     assert rejected > 0
     # every rejected step is reported as NumPyro's 'diverging' (print_summary counts it) and in run_warnings
     assert int(np.sum(fields["diverging"])) == rejected
-    assert any("NaN or infinite" in m for m in MILE.run_warnings(mcmc.last_state))
+    assert any("NaN or infinite" in m for m in mcmc.sampler.run_warnings(mcmc.last_state))
 
 
 def test_tuned_parameters_are_exposed(toy_ensemble):
@@ -231,7 +231,7 @@ def test_error_init_params(toy_ensemble):
 def check_mile_beats_deep_ensemble(X, y, split_seed):
     """Test LPPD above the DE's and RMSE no worse (2 members/chains, fixed seeds)."""
     from numpyro_mile.datasets import split, standardize
-    from numpyro_mile.experiments import evaluate_regression
+    from numpyro_mile.predictive import evaluate_regression
 
     (train, val, test), _ = standardize(split(X, y, seed=split_seed))
     de = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), 2, *train, validation=val, progress_bar=False)

@@ -165,7 +165,7 @@ def _no_warning():
 
 
 def test_predictive_probs_average_softmax_over_samples_in_chunks():
-    from numpyro_mile.experiments import evaluate_classification, predictive_probs
+    from numpyro_mile.predictive import evaluate_classification, predictive_probs
     from numpyro_mile.models import mlp_apply, mlp_classification
 
     rng = np.random.default_rng(0)

@@ -217,3 +217,25 @@ def test_errors():
     assert MinibatchModel(gaussian_mean, (DATA,), {"subsample_size": BATCH}).plates[0].subsample_size == BATCH
     with pytest.raises(ValueError, match="init_params"):
         SGLD(gaussian_mean).init(jax.random.PRNGKey(0), 10, init_params={"x": 0.0}, model_args=(DATA,))
+
+
+def test_rejected_steps_are_counted_and_reported_after_the_run():
+    """A step that overflows is rejected (the chain stays), counted in num_nans, and reported by
+    run_warnings / to_inference_data after the run (no host callback in the step)."""
+
+    def quartic(x):  # U = x^4: an explicit step of size 0.1 from x = 20 overflows float32
+        theta = numpyro.sample("theta", dist.Normal(0.0, 1.0))
+        numpyro.factor("quartic", -(theta**4))
+        numpyro.sample("obs", dist.Normal(theta, 1.0), obs=x)
+
+    kernel = SGLD(quartic, 0.1)
+    mcmc = MCMC(kernel, num_warmup=0, num_samples=20, num_chains=2, chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), jnp.zeros(()), init_params={"theta": jnp.array([20.0, 0.1])},
+             extra_fields=("num_nans",))
+    nans = np.asarray(mcmc.last_state.num_nans)
+    assert nans[0] > 0 and nans[1] == 0  # only the chain started far out rejects its steps
+    assert np.all(np.isfinite(mcmc.get_samples()["theta"]))
+    messages = kernel.run_warnings(mcmc.last_state)
+    assert len(messages) == 1 and "NaN or infinite" in messages[0] and "SGLD" in messages[0]
+    with pytest.warns(RuntimeWarning, match="SGLD rejected"):
+        to_inference_data(mcmc)

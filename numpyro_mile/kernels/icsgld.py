@@ -44,8 +44,17 @@ the real walkers (``state.active``; padding copies are masked out) and becomes o
 all-reduce of the ``m`` bin values per step; positions and gradients never leave their device.
 
 With ``zeta = 0`` the multiplier is exactly 1 and the chains are SGLD's: the same key use
-(:func:`numpyro_mile.kernels.sgld.sgld_transition`), so ``ICSGLD(zeta=0)`` reproduces
+(:func:`numpyro_mile.kernels._langevin.sgld_transition`), so ``ICSGLD(zeta=0)`` reproduces
 :class:`~numpyro_mile.SGLD` bit for bit with the same keys.
+
+Importance weights (:func:`importance_weights`): a posterior expectation is the weighted average
+``E[f] ≈ sum_k w_k f(x_k) / sum_k w_k`` with ``w_k = theta[J(x_k)]^zeta``; the weights are
+normalised and aligned with ``mcmc.get_samples()`` (chains concatenated, the order of NumPyro's
+flattened samples), so they plug into the ``weights=`` argument of :mod:`numpyro_mile.metrics`::
+
+    w = importance_weights(mcmc)                        # (P * draws,)
+    mean = np.einsum("s,s...->...", w, mcmc.get_samples()["w0"])
+    metrics.lppd(log_lik, weights=w)
 """
 
 from __future__ import annotations
@@ -57,13 +66,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
-from ..minibatch import MinibatchModel
-from .sgld import _CachedPerArgs, _warn_nan, build_init, check_initial_state, sgld_transition
+from ._langevin import MinibatchKernel, sgld_transition
 
-__all__ = ["ICSGLD", "ICSGLDState", "default_sa_schedule"]
+__all__ = ["ICSGLD", "ICSGLDState", "default_sa_schedule", "importance_weights"]
 
 
 class _ICSGLDFields(NamedTuple):
@@ -152,19 +159,17 @@ def _as_clip(multiplier_clip):
     return (float(lo), float(hi))
 
 
-def _warn_bins(low, high, u_min, u_max, iteration):
+def _bins_message(low, high, u_min, u_max, iteration) -> str | None:
+    """The warning for energies seen outside the regular bins, or ``None``."""
     if low < u_min or high >= u_max:
-        warnings.warn(
-            f"ICSGLD: energies seen up to iteration {int(iteration)} span [{float(low):.4g}, {float(high):.4g}], "
-            f"but the regular bins cover [{u_min:.4g}, {u_max:.4g}). Energies below min_energy fall into bin 1 "
-            "and energies above into the overflow bin, which gets importance weight 0. Choose min_energy below "
-            "the lowest energy and num_bins * bin_width wide enough (see kernel.energy_range(state)).",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        return (f"ICSGLD: energies seen up to iteration {int(iteration)} span [{float(low):.4g}, {float(high):.4g}], "
+                f"but the regular bins cover [{u_min:.4g}, {u_max:.4g}). Energies below min_energy fall into bin 1 "
+                "and energies above into the overflow bin, which gets importance weight 0. Choose min_energy below "
+                "the lowest energy and num_bins * bin_width wide enough (see kernel.energy_range(state)).")
+    return None
 
 
-class ICSGLD(MCMCKernel):
+class ICSGLD(MinibatchKernel):
     """Interacting contour SGLD: ``P`` interacting chains sharing one energy histogram.
 
     An ensemble kernel (like NumPyro's AIES/ESS): run it with ``chain_method="vectorized"`` and
@@ -214,8 +219,7 @@ class ICSGLD(MCMCKernel):
         (200,)
     """
 
-    sample_field = "z"
-    _kernel_name = "ICSGLD"
+    kernel_name = "ICSGLD"
 
     def __init__(
         self,
@@ -232,8 +236,7 @@ class ICSGLD(MCMCKernel):
         csgld: bool = False,
         init_strategy: Callable = init_to_uniform,
     ):
-        if model is None or not callable(model):
-            raise ValueError("ICSGLD needs a NumPyro model (a callable).")
+        super().__init__(model, init_strategy)
         if not (isinstance(step_size, (int, float, np.floating)) and step_size > 0):
             raise ValueError(f"step_size must be a positive number, got {step_size!r}.")
         if not zeta >= 0:
@@ -244,7 +247,6 @@ class ICSGLD(MCMCKernel):
             raise ValueError(f"bin_width must be positive, got {bin_width}.")
         if not temperature > 0:
             raise ValueError(f"temperature must be positive, got {temperature}.")
-        self._model = model
         self.step_size = float(step_size)
         self.zeta = float(zeta)
         self.num_bins = int(num_bins)
@@ -254,19 +256,11 @@ class ICSGLD(MCMCKernel):
         self.temperature = float(temperature)
         self.multiplier_clip = _as_clip(multiplier_clip)
         self.csgld = bool(csgld)
-        self.init_strategy = init_strategy
-        self._mb: MinibatchModel | None = None
-        self._num_warmup = 0
-        self._cache = _CachedPerArgs()
         #: number of real walkers when the walker axis is padded for sharding (the first ones; the others get
         #: ``active=False`` at ``init``); ``None``: all. Set by :func:`numpyro_mile.run_distributed`.
         self.num_active_chains: int | None = None
 
     # ------------------------------------------------------------------ NumPyro interface
-    @property
-    def model(self) -> Callable:
-        return self._model
-
     @property
     def default_fields(self) -> tuple[str, ...]:
         return ("z", "bin", "log_weight")
@@ -286,11 +280,6 @@ class ICSGLD(MCMCKernel):
             int(jnp.sum(state.num_nans)),
         )
 
-    def postprocess_fn(self, args, kwargs):
-        if self._mb is None:
-            return lambda z: z
-        return self._mb.postprocess_fn(args, kwargs or {})
-
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         if is_prng_key(rng_key) or jnp.shape(rng_key)[0] < 2:
             raise ValueError(
@@ -298,40 +287,21 @@ class ICSGLD(MCMCKernel):
                 "Use MCMC(..., num_chains=P, chain_method='vectorized') with P >= 2 "
                 "(sequential and parallel chains cannot interact)."
             )
-        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
-        model_args = tuple(model_args)
-        keys = rng_key
-        self._num_warmup = int(num_warmup)
-        self._mb = MinibatchModel(self._model, model_args, model_kwargs, kernel_name=self._kernel_name,
-                                  rng_key=keys[0])
-        if init_params is not None:
-            init_params = self._mb.check_init_params(init_params, keys.shape[0], True)
-        init = self._cache.get("init", model_args, model_kwargs, lambda: build_init(
-            self._mb, model_args, model_kwargs, self.init_strategy, self._init_state))
-        state = init(keys, init_params)
+        state = self._init_chains(rng_key, init_params, model_args, model_kwargs, True, self._init_state)
         if self.num_active_chains is not None:
             num_active = int(self.num_active_chains)  # jit: the mask is laid out like the (sharded) walkers
             state = state._replace(active=jax.jit(lambda e: jnp.arange(e.shape[0]) < num_active)(
                 state.potential_energy))
-        check_initial_state(self._kernel_name, state.potential_energy, state.z_grad, state.z)
         return state
 
     def sample(self, state: ICSGLDState, model_args, model_kwargs) -> ICSGLDState:
-        potential = self._mb.potential_fn(tuple(model_args), model_kwargs or {})
-        new_state = self._step(state, potential)
-        old_nans, new_nans = jnp.sum(state.num_nans), jnp.sum(new_state.num_nans)
-        jax.lax.cond(
-            (new_nans > 0) & (old_nans == 0),
-            lambda: jax.debug.callback(_warn_nan, new_nans, state.i, self._kernel_name),
-            lambda: None,
-        )
-        jax.lax.cond(
-            state.i == self._num_warmup - 1,
-            lambda: jax.debug.callback(_warn_bins, new_state.energy_min, new_state.energy_max, self.min_energy,
-                                       self.max_energy, state.i),
-            lambda: None,
-        )
-        return new_state
+        return self._step(state, self._potential(model_args, model_kwargs))
+
+    def run_warnings(self, state: ICSGLDState) -> list[str]:
+        """Rejected steps, and energies seen outside the regular bins (from ``mcmc.last_state``)."""
+        bins = _bins_message(float(state.energy_min), float(state.energy_max), self.min_energy, self.max_energy,
+                             state.i)
+        return super().run_warnings(state) + ([] if bins is None else [bins])
 
     # ------------------------------------------------------------------ results
     def density_of_states(self, state: ICSGLDState) -> np.ndarray:
@@ -360,7 +330,10 @@ class ICSGLD(MCMCKernel):
         return float(state.energy_min), float(state.energy_max)
 
     def _check_range(self, state: ICSGLDState) -> None:
-        _warn_bins(float(state.energy_min), float(state.energy_max), self.min_energy, self.max_energy, state.i)
+        message = _bins_message(float(state.energy_min), float(state.energy_max), self.min_energy, self.max_energy,
+                                state.i)
+        if message is not None:
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     # ------------------------------------------------------------------ internals
     def _bins(self, energy):
@@ -426,3 +399,49 @@ class ICSGLD(MCMCKernel):
             energy_max=jnp.maximum(state.energy_max, jnp.max(jnp.where(finite, energy, -jnp.inf))),
             rng_key=keys,
         )
+
+
+def importance_weights(mcmc, *, final_theta: bool = True, group_by_chain: bool = False) -> np.ndarray:
+    """Normalised importance weights of the samples of an ICSGLD run.
+
+    :param mcmc: a ``numpyro.infer.MCMC`` that ran :class:`~numpyro_mile.ICSGLD`.
+    :param final_theta: weight every sample with the histogram at the end of the run
+        (``mcmc.last_state.theta``: the most accurate estimate, the default); ``False`` uses
+        the ``log_weight`` recorded when the sample was drawn.
+    :param group_by_chain: return shape ``(P, draws)`` (aligned with
+        ``get_samples(group_by_chain=True)``) instead of ``(P * draws,)``.
+    :returns: non-negative float64 weights summing to 1 (over all chains and draws).
+    :raises ValueError: for a run of another kernel, or when every sample has weight 0 (all in
+        the overflow bin).
+    """
+    kernel = mcmc.sampler
+    if not hasattr(kernel, "log_weights") or not hasattr(kernel, "density_of_states"):
+        raise ValueError(
+            f"importance_weights needs an MCMC run of ICSGLD, got a {type(kernel).__name__} kernel; "
+            "samples of other kernels are equally weighted."
+        )
+    fields = mcmc.get_extra_fields(group_by_chain=True)
+    state = mcmc.last_state
+    if state is None or "bin" not in fields:
+        raise ValueError("run the MCMC first (importance_weights reads the collected 'bin' field).")
+    kernel._check_range(state)
+    if final_theta:
+        log_w = kernel.log_weights(state, fields["bin"])
+    else:
+        log_w = np.asarray(fields["log_weight"], np.float64)
+    if not np.isfinite(log_w).any():
+        raise ValueError(
+            "every sample lies in the overflow bin (importance weight 0): widen the bins "
+            "(num_bins * bin_width) or raise min_energy's range to cover the energies seen."
+        )
+    top = np.max(log_w[np.isfinite(log_w)])
+    w = np.where(np.isfinite(log_w), np.exp(log_w - top), 0.0)
+    w = w / w.sum()
+    ess = 1.0 / np.sum(w**2)
+    if ess < 0.01 * w.size:
+        warnings.warn(
+            f"the importance weights are degenerate: effective sample size {ess:.1f} of {w.size} samples.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return w if group_by_chain else w.reshape(-1)

@@ -2,15 +2,13 @@
 
 Per chain: (1) a deep-ensemble member is trained with optax (unless ``init_params`` are given),
 (2) MCLMC is tuned over NumPyro's ``num_warmup`` steps in three phases
-(:mod:`numpyro_mile.adaptation`), (3) samples are drawn with the chain's tuned step size and L.
+(:mod:`numpyro_mile.kernels._mile_tuning`), (3) samples are drawn with the chain's tuned step size and L.
 Chains never interact. Reference: Sommer et al., "Microcanonical Langevin Ensembles: Advancing
 the Sampling of Bayesian Neural Networks", ICLR 2025.
 """
 
 from __future__ import annotations
 
-import copy
-import time
 import warnings
 from functools import partial
 from typing import Callable, NamedTuple
@@ -21,16 +19,17 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
 from numpyro.util import is_prng_key
 
 from .. import _model_utils as mu
 from .. import _programs
-from .. import adaptation
-from .. import mclmc
 from .._validation import is_concrete
 from ..ensemble import DeepEnsemble, fit_members
+from . import _mclmc as mclmc
+from ._base import ChainKernel, over_chains
+from . import _mile_tuning as tuning
+from ._mile_cost import CostEstimate, estimate_cost, num_grad_evals
 
 
 class MILEState(NamedTuple):
@@ -40,7 +39,7 @@ class MILEState(NamedTuple):
     :ivar dynamics: BlackJAX MCLMC state (position, unit momentum, log density and its gradient).
     :ivar step_size: current step size.
     :ivar L: current momentum decoherence length.
-    :ivar adapt: tuning statistics (:class:`numpyro_mile.adaptation.AdaptationState`).
+    :ivar adapt: tuning statistics (:class:`numpyro_mile.kernels._mile_tuning.AdaptationState`).
     :ivar energy_change: energy change of the last step.
     :ivar num_nans: number of steps rejected so far because they produced NaN or inf.
     :ivar rng_key: PRNG key of the chain.
@@ -57,7 +56,7 @@ class MILEState(NamedTuple):
     dynamics: mclmc.IntegratorState
     step_size: jax.Array
     L: jax.Array
-    adapt: adaptation.AdaptationState
+    adapt: tuning.AdaptationState
     energy_change: jax.Array
     num_nans: jax.Array
     rng_key: jax.Array
@@ -76,86 +75,11 @@ class MILEState(NamedTuple):
         return -self.dynamics.logdensity
 
 
-class CostEstimate(NamedTuple):
-    """Predicted cost of a MILE run (pretraining and compilation excluded) and its memory.
-
-    :ivar num_grad_evals: gradient evaluations of all chains together.
-    :ivar seconds_per_step: measured wall time of one step of all chains: MILE's compiled step
-        (``method="step"``) or twice one vectorized gradient evaluation (``method="gradient"``).
-    :ivar predicted_seconds: ``seconds_per_step * (num_warmup + num_samples)``.
-    :ivar cpu_seconds_per_step: the same in process CPU time (less sensitive to other processes).
-    :ivar predicted_cpu_seconds: ``cpu_seconds_per_step * (num_warmup + num_samples)``.
-    :ivar compile_seconds: wall time to compile what was timed (the run compiles more: see the note
-        of :meth:`MILE.estimate_cost`).
-    :ivar num_params: unconstrained latent dimension ``d`` of one chain.
-    :ivar state_bytes: the MILE state of all chains: position, momentum and gradient, Phase II mean
-        and variance (``5 d``), and the Phase III buffer (``num_stored x min(d, ess_num_coords)``).
-    :ivar sample_bytes: all kept draws, ``num_chains x (num_samples // thinning)`` times the
-        constrained values of one draw (latent and deterministic sites), in the storage dtype.
-    :ivar data_bytes: the array model arguments. (The state carries them through the sampling
-        loop as JAX arrays: JAX inputs are shared, NumPy inputs are copied once to the device.)
-    :ivar predicted_bytes: ``data_bytes + state_bytes +`` the draws held at once: all of them, or
-        one chunk with ``chunk_size`` (:func:`numpyro_mile.run_chunked`). ``MCMC.run`` also makes
-        transient copies of its draws (see ``docs/benchmarks/long_runs.md``).
-    :ivar method: ``"step"`` or ``"gradient"``.
-    """
-
-    num_grad_evals: int
-    seconds_per_step: float
-    predicted_seconds: float
-    cpu_seconds_per_step: float = float("nan")
-    predicted_cpu_seconds: float = float("nan")
-    compile_seconds: float = float("nan")
-    num_params: int = 0
-    state_bytes: int = 0
-    sample_bytes: int = 0
-    data_bytes: int = 0
-    predicted_bytes: int = 0
-    method: str = "gradient"
-
-
-def _time_calls(fn, arg, min_seconds: float) -> tuple[float, float, int]:
-    """Wall and CPU seconds per call of ``fn(arg)`` (compiled), called until ``min_seconds`` have passed."""
-    jax.block_until_ready(fn(arg))
-    calls, start, cpu = 0, time.perf_counter(), time.process_time()
-    while True:
-        jax.block_until_ready(fn(arg))
-        calls += 1
-        wall = time.perf_counter() - start
-        if wall >= min_seconds:
-            return wall / calls, (time.process_time() - cpu) / calls, calls
-
-
-def _run_warnings(state: MILEState) -> list[str]:
-    """What went wrong in a run, from its last state (``mcmc.last_state``): rejected steps, ESS fallback.
-
-    The compiled step reports through state fields (``num_nans``, ``diverging``,
-    ``ess_fallback``) rather than host callbacks, which would keep JAX's persistent compilation
-    cache from storing the sampling loop. :func:`numpyro_mile.to_inference_data` warns with
-    these messages; NumPyro's ``mcmc.print_summary()`` counts rejected steps as divergences.
-    """
-    messages = []
-    nans = np.asarray(state.num_nans)
-    if nans.sum() > 0:
-        messages.append(
-            f"MILE rejected {int(nans.sum())} step(s) (over all chains; per chain {np.atleast_1d(nans).tolist()}) "
-            "because the energy became NaN or infinite; each time the chain stayed at its previous position. "
-            "The tuned step size may be too large for this region: see the 'num_nans' and 'diverging' fields, "
-            "and consider a lower target_energy_variance.")
-    if state.ess_fallback is not None and np.any(np.asarray(state.ess_fallback)):
-        chains = np.flatnonzero(np.atleast_1d(np.asarray(state.ess_fallback))).tolist()
-        messages.append(
-            f"MILE: no coordinate had a finite, positive Phase III ESS in chain(s) {chains} (e.g. the chain did not "
-            "move during Phase III); those chains kept the Phase II L. Check the 'num_nans' field, and give the "
-            "warmup more steps.")
-    return messages
-
-
 #: vmap axes of a vectorized state: the iteration counter and the data are shared by all chains
 _STATE_AXES = MILEState(None, 0, 0, 0, 0, 0, 0, 0, 0, 0, None)
 
 
-def _init_program(target: Callable, is_model: bool, data_key, schedule: adaptation.Schedule, dim_stored: int):
+def _init_program(target: Callable, is_model: bool, data_key, schedule: tuning.Schedule, dim_stored: int):
     """Jitted ``init_all(params, keys, data_arrays, step_size, L) -> MILEState`` of all chains (chain axis
     first; ``data`` left empty). ``target`` is the model (``is_model``) or the potential function."""
 
@@ -174,7 +98,7 @@ def _init_program(target: Callable, is_model: bool, data_key, schedule: adaptati
                 dynamics=mclmc.init(params, potential_fn, momentum_key),
                 step_size=step_size.astype(flat.dtype),
                 L=L.astype(flat.dtype),
-                adapt=adaptation.init(dim_stored, flat.shape[0], schedule),
+                adapt=tuning.init(dim_stored, flat.shape[0], schedule),
                 energy_change=jnp.zeros((), flat.dtype),
                 num_nans=jnp.asarray(0),
                 rng_key=key,
@@ -187,7 +111,102 @@ def _init_program(target: Callable, is_model: bool, data_key, schedule: adaptati
     return jax.jit(init_all)
 
 
-class MILE(MCMCKernel):
+class MILEConfig(NamedTuple):
+    """Settings of one MILE run, fixed when ``init`` runs.
+
+    :ivar schedule: the tuning phases and their settings (:class:`~numpyro_mile.kernels._mile_tuning.Schedule`).
+    :ivar coords: indices of the flattened coordinates stored in Phase III for the ESS (``None``: all).
+    :ivar batched: whether the state holds all chains (``vectorized``) or one.
+    :ivar num_warmup: tuning steps.
+    """
+
+    schedule: tuning.Schedule
+    coords: np.ndarray | None
+    batched: bool
+    num_warmup: int
+
+
+def chain_move(state: MILEState, potential_fn: Callable) -> MILEState:
+    """One MCLMC step of one chain with its current step size and L (no tuning); counts a rejection."""
+    key, step_key = jax.random.split(state.rng_key)
+    dynamics, info = mclmc.step(step_key, state.dynamics, potential_fn, state.L, state.step_size)
+    return state._replace(i=state.i + 1, dynamics=dynamics, energy_change=info.energy_change,
+                          num_nans=state.num_nans + jnp.where(info.finite, 0, 1), rng_key=key,
+                          diverging=~info.finite)
+
+
+def chain_tune(state: MILEState, moved: MILEState, schedule: tuning.Schedule) -> MILEState:
+    """The tuning bookkeeping of one chain after its move from ``state`` to ``moved`` (warmup only);
+    ``state.i`` is the (shared) iteration counter of the step."""
+    i = state.i
+    finite = ~moved.diverging
+    flat, _ = ravel_pytree(moved.dynamics.position)
+    dim = flat.shape[0]
+
+    tuning_step = i < schedule.num_phase1 + schedule.num_phase2
+    target = tuning.target_energy_variance(i, schedule)
+    new_step_size, adapt = tuning.update_step_size(
+        state.adapt, state.step_size, moved.energy_change, finite, dim, target, schedule
+    )
+    # select only the small fields: a select over the whole tuple would copy the Phase III buffer every step
+    adapt = state.adapt._replace(
+        x=jnp.where(tuning_step, adapt.x, state.adapt.x),
+        t=jnp.where(tuning_step, adapt.t, state.adapt.t),
+        step_size_max=jnp.where(tuning_step, adapt.step_size_max, state.adapt.step_size_max),
+    )
+    step_size = jnp.where(tuning_step, new_step_size, state.step_size)
+
+    in_phase2 = tuning_step & (i >= schedule.num_phase1)
+    adapt = tuning.accumulate_moments(adapt, flat, state.step_size, in_phase2 & finite)
+    end_of_phase2 = i == schedule.num_phase1 + schedule.num_phase2 - 1
+    L = jnp.where(end_of_phase2, tuning.L_from_moments(adapt), state.L)
+
+    return moved._replace(step_size=step_size, L=L, adapt=adapt)
+
+
+def record(state: MILEState, i, config: MILEConfig) -> MILEState:
+    """Phase III: store the (coordinate-subsampled) positions of all chains at once (a shared slot)."""
+    schedule = config.schedule
+    flat = ravel_pytree(state.dynamics.position)[0] if not config.batched else jax.vmap(
+        lambda p: ravel_pytree(p)[0])(state.dynamics.position)
+    stored = flat if config.coords is None else flat[..., config.coords]
+    adapt = tuning.record_sample(state.adapt, stored, i - schedule.num_phase1 - schedule.num_phase2, schedule)
+    return state._replace(adapt=adapt)
+
+
+def step(state: MILEState, potential_fn: Callable, config: MILEConfig) -> MILEState:
+    """One MILE step of every chain in ``state`` (one chain, or all with ``config.batched``).
+
+    The MCLMC move; during warmup (``state.i < num_warmup``) the tuning bookkeeping of Phases
+    I-III; at the last warmup step L from the Phase III ESS.
+    """
+    schedule = config.schedule
+    move = over_chains(lambda s: chain_move(s, potential_fn), _STATE_AXES, config.batched)
+    tune = over_chains(lambda s, m: chain_tune(s, m, schedule), _STATE_AXES, config.batched, num_states=2)
+
+    def tuned_L(samples, step_size, phase2_L):
+        return tuning.L_from_ess(samples, step_size, schedule, mclmc.ess, phase2_L)
+
+    if config.batched:
+        tuned_L = jax.vmap(tuned_L)
+    moved = move(state)
+    # warmup only: the tuning bookkeeping; the predicate is the shared counter, so after warmup a
+    # step is the MCLMC move alone (a branch, not a select that computes both)
+    new_state = jax.lax.cond(state.i < config.num_warmup, lambda: record(tune(state, moved), state.i, config),
+                             lambda: moved)
+
+    # end of warmup: L from the Phase III ESS; the FFT runs once, and only L (not the state with its
+    # sample buffer) passes through the cond
+    def end_of_warmup():
+        L, ok = tuned_L(new_state.adapt.samples, new_state.step_size, new_state.L)
+        return L, ~ok
+
+    L, fallback = jax.lax.cond(state.i == config.num_warmup - 1, end_of_warmup,
+                               lambda: (new_state.L, new_state.ess_fallback))
+    return new_state._replace(L=L, ess_fallback=fallback)
+
+
+class MILE(ChainKernel):
     """Microcanonical Langevin Ensembles (MILE) for NumPyro.
 
     Each chain starts from one deep-ensemble member (trained here with optax when ``init_params``
@@ -263,7 +282,10 @@ class MILE(MCMCKernel):
         (100, 1, 16)
     """
 
-    sample_field = "z"
+    kernel_name = "MILE"
+    state_axes = _STATE_AXES
+    nan_advice = ("The tuned step size may be too large for this region: see the 'num_nans' and 'diverging' fields, "
+                  "and consider a lower target_energy_variance.")
 
     def __init__(
         self,
@@ -293,8 +315,8 @@ class MILE(MCMCKernel):
         if not callable(target):
             raise ValueError(f"MILE's {'model' if potential_fn is None else 'potential_fn'} must be callable, "
                              f"got {type(target).__name__}.")
-        if target_schedule not in adaptation.TARGET_SCHEDULES:
-            raise ValueError(f"target_schedule must be one of {adaptation.TARGET_SCHEDULES}, got {target_schedule!r}.")
+        if target_schedule not in tuning.TARGET_SCHEDULES:
+            raise ValueError(f"target_schedule must be one of {tuning.TARGET_SCHEDULES}, got {target_schedule!r}.")
         self._model = model
         self._potential_fn = potential_fn
         self.target_schedule = target_schedule
@@ -311,33 +333,33 @@ class MILE(MCMCKernel):
         self.ensembles: list[DeepEnsemble] = []
         self._potential_fn_gen = None
         self._postprocess_fn_gen = None
-        self._schedule = None
-        self._coords = None
-        self._batched = False
-        self._num_warmup = None
+        self._config: MILEConfig | None = None  # set by init
         self._sample_fn = None  # set by init; NumPyro re-runs init (and pretraining) while it is None
         self._data = None  # the model's arguments split into arrays and static parts (set by init)
 
     # ------------------------------------------------------------------ NumPyro interface
     @property
-    def model(self) -> Callable:
-        return self._model
-
-    @property
-    def is_ensemble_kernel(self) -> bool:
-        return False
-
-    @property
     def default_fields(self) -> tuple[str, ...]:
         return ("z", "diverging")
 
-    @staticmethod
-    def run_warnings(state: MILEState) -> list[str]:
+    def run_warnings(self, state: MILEState) -> list[str]:
         """Messages about a finished run from its last state (rejected steps, ESS fallback); empty when none.
+
+        The compiled step reports through state fields (``num_nans``, ``diverging``,
+        ``ess_fallback``) rather than host callbacks (see :mod:`numpyro_mile.kernels._base`);
+        :func:`numpyro_mile.to_inference_data` warns with these messages, and NumPyro's
+        ``mcmc.print_summary()`` counts rejected steps as divergences.
 
         :param state: ``mcmc.last_state``.
         """
-        return _run_warnings(state)
+        messages = super().run_warnings(state)
+        if state.ess_fallback is not None and np.any(np.asarray(state.ess_fallback)):
+            chains = np.flatnonzero(np.atleast_1d(np.asarray(state.ess_fallback))).tolist()
+            messages.append(
+                f"MILE: no coordinate had a finite, positive Phase III ESS in chain(s) {chains} (e.g. the chain did "
+                "not move during Phase III); those chains kept the Phase II L. Check the 'num_nans' field, and give "
+                "the warmup more steps.")
+        return messages
 
     def get_diagnostics_str(self, state: MILEState) -> str:
         return "step size {:.2e}. L {:.2e}. nans {}".format(
@@ -351,15 +373,15 @@ class MILE(MCMCKernel):
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
-        self._batched = not is_prng_key(rng_key)
-        keys = rng_key if self._batched else rng_key[None]
+        batched = not is_prng_key(rng_key)
+        keys = rng_key if batched else rng_key[None]
         num_chains = keys.shape[0]
-        self._schedule = adaptation.make_schedule(
+        schedule = tuning.make_schedule(
             num_warmup, phase_split=self.phase_split, target_energy_variance=self.target_energy_variance,
             target_schedule=self.target_schedule, n_eff=self.n_eff, trust=self.trust, L_factor=self.L_factor,
             max_stored_samples=self.max_stored_samples,
         )
-        self._num_warmup = num_warmup
+        self._config = MILEConfig(schedule, None, batched, int(num_warmup))  # coords: set by _init_state
         chain_keys = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
         pretrain_keys, init_keys, state_keys = chain_keys[:, 0], chain_keys[:, 1], chain_keys[:, 2]
 
@@ -392,10 +414,10 @@ class MILE(MCMCKernel):
                 init_params = ensemble.init_params
             else:
                 init_params = initialize_model(
-                    init_keys if self._batched else init_keys[0], self._model, init_strategy=self.init_strategy,
+                    init_keys if batched else init_keys[0], self._model, init_strategy=self.init_strategy,
                     model_args=model_args, model_kwargs=model_kwargs,
                 ).param_info.z
-                if not self._batched:
+                if not batched:
                     init_params = jax.tree.map(lambda x: x[None], init_params)
                 if self.map_steps > 0:
                     potential_fn = self._potential_fn_gen(*model_args, **model_kwargs)
@@ -410,19 +432,19 @@ class MILE(MCMCKernel):
         dim = int(flat.shape[0])
         if dim < 2:
             raise ValueError("MILE (MCLMC) needs at least 2 latent dimensions; use NUTS for a 1-d model.")
+        coords = None
         if dim > self.ess_num_coords:
-            self._coords = np.sort(np.random.default_rng(0).choice(dim, self.ess_num_coords, replace=False))
-        else:
-            self._coords = None
+            coords = np.sort(np.random.default_rng(0).choice(dim, self.ess_num_coords, replace=False))
+        self._config = config = self._config._replace(coords=coords)
         initial_L = self.initial_L if self.initial_L is not None else max(np.sqrt(dim), 15.0)
-        dim_stored = dim if self._coords is None else len(self._coords)
+        dim_stored = dim if coords is None else len(coords)
         target = self._model if self._potential_fn is None else self._potential_fn
         init_all = _programs.program(
-            ("mile-init", target, self._potential_fn is None, self._data.key, self._schedule.num_stored, dim_stored),
-            lambda: _init_program(target, self._potential_fn is None, self._data.key, self._schedule, dim_stored))
+            ("mile-init", target, self._potential_fn is None, self._data.key, config.schedule.num_stored, dim_stored),
+            lambda: _init_program(target, self._potential_fn is None, self._data.key, config.schedule, dim_stored))
         state = init_all(init_params, state_keys, self._data.arrays,
                          jnp.asarray(self.initial_step_size, flat.dtype), jnp.asarray(initial_L, flat.dtype))
-        if not self._batched:
+        if not config.batched:
             state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
         self._sample_fn = self.sample  # initialised: a run from mcmc.post_warmup_state does not call init again
         return state._replace(data=self._data.arrays)
@@ -440,7 +462,11 @@ class MILE(MCMCKernel):
 
     def sample(self, state: MILEState, model_args, model_kwargs) -> MILEState:
         args, kwargs = self._model_data(state, model_args, model_kwargs)
-        return self._step(state, self._potential_fn_gen(*args, **kwargs))
+        return self.step_fn(state, self._potential_fn_gen(*args, **kwargs))
+
+    def step_fn(self, state: MILEState, potential_fn: Callable) -> MILEState:
+        """:func:`step` with this run's configuration (after ``init``)."""
+        return step(state, potential_fn, self._config)
 
     # ------------------------------------------------------------------ cost
     @staticmethod
@@ -449,7 +475,7 @@ class MILE(MCMCKernel):
 
         ``thinning`` does not change the cost: every step is taken, only every ``thinning``-th kept.
         """
-        return num_chains * (mclmc.GRAD_EVALS_PER_STEP * (num_warmup + num_samples) + 1)
+        return num_grad_evals(num_warmup, num_samples, num_chains, thinning)
 
     def estimate_cost(self, rng_key, *model_args, num_warmup: int, num_samples: int, num_chains: int = 1,
                       thinning: int = 1, repeats: int = 20, method: str = "gradient", min_seconds: float = 0.5,
@@ -500,70 +526,12 @@ class MILE(MCMCKernel):
             >>> cost.num_grad_evals, cost.num_params
             (12004, 338)
         """
-        from ..streaming import storage_dtype
-
-        if self._model is None:
-            raise ValueError("estimate_cost needs a NumPyro model; a MILE(potential_fn=...) kernel has none.")
-        if method not in ("step", "gradient"):
-            raise ValueError(f"method must be 'step' or 'gradient', got {method!r}.")
-        if int(thinning) < 1 or int(num_samples) < 0 or int(num_chains) < 1:
-            raise ValueError("thinning and num_chains must be positive and num_samples non-negative.")
-        keys = jax.random.split(rng_key, num_chains)
-        if init_params is None:
-            init_params = jax.jit(lambda k: initialize_model(  # jitted: no eager per-operation compiles
-                k, self._model, init_strategy=init_to_uniform(radius=0.1), model_args=model_args,
-                model_kwargs=model_kwargs).param_info.z)(keys)
-        num_steps = num_warmup + num_samples
-        flat = ravel_pytree(jax.tree.map(lambda x: x[0], init_params))[0]
-        dim, itemsize = int(flat.shape[0]), flat.dtype.itemsize
-        if method == "step":
-            kernel = copy.copy(self)
-            kernel.pretrain, kernel.ensembles = False, []
-            state = kernel.init(keys, num_warmup, init_params=init_params, model_args=model_args,
-                                model_kwargs=model_kwargs)
-            potential_fn = kernel._potential_fn_gen(*model_args, **model_kwargs)
-            loop = jax.jit(lambda s: jax.lax.fori_loop(0, repeats, lambda _, x: kernel._step(x, potential_fn), s))
-            timed, arg, per_call = loop, state, repeats
-        else:
-            potential_fn = partial(potential_energy, self._model, model_args, model_kwargs)
-            grad = jax.vmap(jax.value_and_grad(potential_fn))
-
-            def loop(z):  # each evaluation moves z a little, so that none can be hoisted out of the loop
-                def body(_, z):
-                    _, g = grad(z)
-                    return jax.tree.map(lambda a, b: a - 1e-12 * b, z, g)
-                return jax.lax.fori_loop(0, repeats, body, z)
-
-            timed, arg, per_call = jax.jit(loop), init_params, repeats / mclmc.GRAD_EVALS_PER_STEP
-        start = time.perf_counter()
-        compiled = timed.lower(arg).compile()
-        compile_seconds = time.perf_counter() - start
-        wall, cpu, _ = _time_calls(compiled, arg, min_seconds)
-        wall, cpu = wall / per_call, cpu / per_call
-
-        schedule = adaptation.make_schedule(num_warmup, phase_split=self.phase_split,
-                                            target_energy_variance=self.target_energy_variance,
-                                            target_schedule=self.target_schedule,
-                                            max_stored_samples=self.max_stored_samples)
-        state_bytes = num_chains * itemsize * (5 * dim + schedule.num_stored * min(dim, self.ess_num_coords))
-        one = jax.eval_shape(partial(constrain_fn, self._model, model_args, model_kwargs, return_deterministic=True),
-                             jax.tree.map(lambda x: x[0], init_params))
-        store = storage_dtype(store_dtype)
-        per_draw = sum(int(np.prod(v.shape)) * (store.itemsize if store is not None and v.dtype.kind == "f"
-                                                else v.dtype.itemsize) for v in jax.tree.leaves(one))
-        num_draws = num_samples // thinning
-        held = num_draws if chunk_size is None else min(num_draws, -(-int(chunk_size) // thinning))
-        data_bytes = sum(int(np.asarray(a).nbytes) for a in jax.tree.leaves((model_args, model_kwargs))
-                         if hasattr(a, "shape"))
-        return CostEstimate(
-            self.num_grad_evals(num_warmup, num_samples, num_chains), wall, wall * num_steps, cpu, cpu * num_steps,
-            compile_seconds, dim, int(state_bytes), int(num_chains * num_draws * per_draw), int(data_bytes),
-            int(data_bytes + state_bytes + num_chains * held * per_draw), method)
+        return estimate_cost(self, rng_key, *model_args, num_warmup=num_warmup, num_samples=num_samples,
+                             num_chains=num_chains, thinning=thinning, repeats=repeats, method=method,
+                             min_seconds=min_seconds, init_params=init_params, chunk_size=chunk_size,
+                             store_dtype=store_dtype, **model_kwargs)
 
     # ------------------------------------------------------------------ internals
-    def _state_axes(self) -> MILEState:
-        return _STATE_AXES
-
     def _pretraining_plate(self, trace):
         """The plate pretraining would minibatch, or ``None`` (start from ``init_strategy``), saying why once."""
         plate_name = self.ensemble_options.get("plate_name")
@@ -603,7 +571,7 @@ class MILE(MCMCKernel):
         if any(not jnp.issubdtype(leaf.dtype, jnp.floating) for leaf in jax.tree.leaves(init_params)):
             raise ValueError("init_params of MILE(potential_fn=...) must be floating-point arrays "
                              "(e.g. jnp.zeros(3), not integers).")
-        if self._batched:
+        if self._config.batched:
             bad = [jnp.shape(leaf) for leaf in jax.tree.leaves(init_params) if jnp.shape(leaf)[:1] != (num_chains,)]
             if bad:
                 raise ValueError(f"init_params for {num_chains} vectorized chains need a leading axis of size "
@@ -619,7 +587,7 @@ class MILE(MCMCKernel):
                 f"init_params must be a dict with one unconstrained array per latent site {sorted(sites)}, "
                 f"got {got}. Use deep_ensemble(...).init_params or initialize_model(...).param_info.z."
             )
-        lead = (num_chains,) if self._batched else ()
+        lead = (num_chains,) if self._config.batched else ()
         shapes = mu.unconstrained_shapes(trace)
         for name in sites:
             expected = lead + shapes[name]
@@ -629,7 +597,7 @@ class MILE(MCMCKernel):
                     "(a leading axis of size num_chains, then the site's shape)."
                 )
         init_params = {k: jnp.asarray(v) for k, v in init_params.items()}
-        return init_params if self._batched else jax.tree.map(lambda x: x[None], init_params)
+        return init_params if self._config.batched else jax.tree.map(lambda x: x[None], init_params)
 
     def _map_optimise(self, params, potential_fn):
         optimizer = optax.adam(self.map_learning_rate)
@@ -642,76 +610,3 @@ class MILE(MCMCKernel):
 
         (params, _), _ = jax.lax.scan(body, (params, optimizer.init(params)), None, length=self.map_steps)
         return params
-
-    def _chain_move(self, state: MILEState, potential_fn) -> MILEState:
-        """One MCLMC step of one chain with its current step size and L (no tuning); counts a rejection."""
-        key, step_key = jax.random.split(state.rng_key)
-        dynamics, info = mclmc.step(step_key, state.dynamics, potential_fn, state.L, state.step_size)
-        return state._replace(i=state.i + 1, dynamics=dynamics, energy_change=info.energy_change,
-                              num_nans=state.num_nans + jnp.where(info.finite, 0, 1), rng_key=key,
-                              diverging=~info.finite)
-
-    def _chain_tune(self, state: MILEState, moved: MILEState) -> MILEState:
-        """The tuning bookkeeping of one chain after its move from ``state`` to ``moved`` (warmup only);
-        ``state.i`` is the (shared) iteration counter of the step."""
-        schedule = self._schedule
-        i = state.i
-        finite = ~moved.diverging
-        flat, _ = ravel_pytree(moved.dynamics.position)
-        dim = flat.shape[0]
-
-        tuning = i < schedule.num_phase1 + schedule.num_phase2
-        target = adaptation.target_energy_variance(i, schedule)
-        new_step_size, adapt = adaptation.update_step_size(
-            state.adapt, state.step_size, moved.energy_change, finite, dim, target, schedule
-        )
-        # select only the small fields: a select over the whole tuple would copy the Phase III buffer every step
-        adapt = state.adapt._replace(
-            x=jnp.where(tuning, adapt.x, state.adapt.x),
-            t=jnp.where(tuning, adapt.t, state.adapt.t),
-            step_size_max=jnp.where(tuning, adapt.step_size_max, state.adapt.step_size_max),
-        )
-        step_size = jnp.where(tuning, new_step_size, state.step_size)
-
-        in_phase2 = tuning & (i >= schedule.num_phase1)
-        adapt = adaptation.accumulate_moments(adapt, flat, state.step_size, in_phase2 & finite)
-        end_of_phase2 = i == schedule.num_phase1 + schedule.num_phase2 - 1
-        L = jnp.where(end_of_phase2, adaptation.L_from_moments(adapt), state.L)
-
-        return moved._replace(step_size=step_size, L=L, adapt=adapt)
-
-    def _record(self, state: MILEState, i) -> MILEState:
-        """Phase III: store the (coordinate-subsampled) positions of all chains at once (a shared slot)."""
-        schedule = self._schedule
-        flat = ravel_pytree(state.dynamics.position)[0] if not self._batched else jax.vmap(
-            lambda p: ravel_pytree(p)[0])(state.dynamics.position)
-        stored = flat if self._coords is None else flat[..., self._coords]
-        adapt = adaptation.record_sample(state.adapt, stored, i - schedule.num_phase1 - schedule.num_phase2, schedule)
-        return state._replace(adapt=adapt)
-
-    def _tuned_L(self, samples, step_size, phase2_L) -> tuple[jax.Array, jax.Array]:
-        return adaptation.L_from_ess(samples, step_size, self._schedule, mclmc.ess, phase2_L)
-
-    def _step(self, state: MILEState, potential_fn) -> MILEState:
-        axes = self._state_axes()
-        move = lambda s: self._chain_move(s, potential_fn)  # noqa: E731
-        tune, tuned_L = self._chain_tune, self._tuned_L
-        if self._batched:
-            move = jax.vmap(move, in_axes=(axes,), out_axes=axes)
-            tune = jax.vmap(tune, in_axes=(axes, axes), out_axes=axes)
-            tuned_L = jax.vmap(tuned_L)
-        moved = move(state)
-        # warmup only: the tuning bookkeeping; the predicate is the shared counter, so after warmup a
-        # step is the MCLMC move alone (a branch, not a select that computes both)
-        new_state = jax.lax.cond(state.i < self._num_warmup, lambda: self._record(tune(state, moved), state.i),
-                                 lambda: moved)
-
-        # end of warmup: L from the Phase III ESS; the FFT runs once, and only L (not the state with its
-        # sample buffer) passes through the cond
-        def end_of_warmup():
-            L, ok = tuned_L(new_state.adapt.samples, new_state.step_size, new_state.L)
-            return L, ~ok
-
-        L, fallback = jax.lax.cond(state.i == self._num_warmup - 1, end_of_warmup,
-                                   lambda: (new_state.L, new_state.ess_fallback))
-        return new_state._replace(L=L, ess_fallback=fallback)

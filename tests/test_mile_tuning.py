@@ -11,7 +11,9 @@ import pytest
 from blackjax.diagnostics import effective_sample_size
 from numpyro.infer import MCMC
 
-from numpyro_mile import MILE, adaptation, mclmc
+from numpyro_mile import MILE
+from numpyro_mile.kernels import _mclmc as mclmc
+from numpyro_mile.kernels import _mile_tuning as adaptation
 
 
 # ---------------------------------------------------------------------------------------------- target schedule
@@ -58,7 +60,7 @@ def test_exponential_schedule_sets_the_sampling_step_size_in_the_kernel():
     mcmc = MCMC(kernel, num_warmup=4000, num_samples=8000, num_chains=2, chain_method="vectorized",
                 progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), extra_fields=("energy_change",))
-    schedule = kernel._schedule
+    schedule = kernel._config.schedule
     assert schedule.exponential
     last = float(adaptation.target_energy_variance(schedule.num_phase1 + schedule.num_phase2 - 1, schedule))
     assert last == pytest.approx(10 * math.exp(-4) + 0.1 * (1 - math.exp(-4)), rel=0.01)
@@ -111,7 +113,7 @@ def test_kernel_leaves_out_unusable_ess_coordinates(monkeypatch):
     monkeypatch.setattr(mclmc, "ess", lambda samples: real_ess(samples).at[0].set(jnp.nan))  # coordinate 0 unusable
     mcmc = run_short()
     state = mcmc.last_state
-    schedule = mcmc.sampler._schedule
+    schedule = mcmc.sampler._config.schedule
     for chain in range(2):
         samples = state.adapt.samples[chain]
         ess1 = float(effective_sample_size(samples[None], chain_axis=0, sample_axis=1)[1])
@@ -124,8 +126,8 @@ def test_kernel_keeps_the_phase2_L_and_warns_when_no_ess_is_usable(monkeypatch):
     monkeypatch.setattr(mclmc, "ess", lambda samples: jnp.full(samples.shape[1], jnp.nan))
     mcmc = run_short(num_warmup=400)
     assert np.all(np.asarray(mcmc.last_state.ess_fallback))
-    assert any("kept the Phase II L" in m for m in MILE.run_warnings(mcmc.last_state))
-    assert not np.any(np.asarray(reference.last_state.ess_fallback)) and not MILE.run_warnings(reference.last_state)
+    assert any("kept the Phase II L" in m for m in mcmc.sampler.run_warnings(mcmc.last_state))
+    assert not np.any(np.asarray(reference.last_state.ess_fallback)) and not reference.sampler.run_warnings(reference.last_state)
     L = np.asarray(mcmc.last_state.L)
     assert np.all(np.isfinite(L)) and np.all(L > 0)
     # the Phase II L: sqrt of the summed Phase II variances, as accumulated in the state

@@ -1,4 +1,4 @@
-"""The DE / BDE / MILE comparison as reusable steps (used by ``numpyro-mile demo`` and benchmarks/).
+"""The DE / BDE / MILE comparison harness as reusable steps (used by ``numpyro-mile demo`` and benchmarks/).
 
 Each ``run_*`` function returns a :class:`MethodResult` with test metrics and costs, so a script
 only chooses data and budgets.
@@ -10,16 +10,14 @@ import time
 from typing import Callable, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from numpyro.infer import MCMC, Predictive
-from numpyro.infer.util import log_likelihood
+from numpyro.infer import MCMC
 
-from . import metrics
 from .baselines import bde, bde_mcmc, chain_init_params
 from .diagnostics import chainwise_rhat, ess
 from .ensemble import DeepEnsemble
 from .kernels import MILE
+from .predictive import evaluate_regression
 
 
 class MethodResult(NamedTuple):
@@ -54,46 +52,6 @@ class MethodResult(NamedTuple):
     cpu_seconds: float = float("nan")
     warmup_seconds: float = float("nan")
     projected_seconds: float = float("nan")
-
-
-def evaluate_regression(model: Callable, samples: dict, X_test, y_test, **model_kwargs) -> tuple[float, float]:
-    """(RMSE, LPPD) on test data of a regression model with ``mu`` output; ``samples`` flat (S, ...)."""
-    latent = {k: v for k, v in samples.items() if k not in ("mu", "sigma", "y")}
-    ll = log_likelihood(model, latent, X_test, y_test, **model_kwargs)["y"]
-    mu = Predictive(model, latent, return_sites=["mu"])(jax.random.PRNGKey(0), X_test, **model_kwargs)["mu"]
-    return metrics.rmse(y_test, mu), metrics.lppd(ll)
-
-
-def predictive_probs(model: Callable, samples: dict, X, batch_size: int = 100, **model_kwargs) -> np.ndarray:
-    """Posterior predictive class probabilities of a classifier with a ``logits`` output.
-
-    Per-sample softmax probabilities are averaged over samples chunk by chunk (memory
-    ``O(batch_size x N x C)``).
-
-    :param samples: flat samples, dict site -> ``(S, ...)``.
-    :param X: inputs, leading axis ``N``.
-    :return: shape ``(N, C)``.
-    """
-    from .predictive import predict
-
-    latent = {k: v for k, v in samples.items() if k not in ("logits", "y")}
-    num_samples = int(jax.tree.leaves(latent)[0].shape[0])
-    total = None
-    for start in range(0, num_samples, batch_size):
-        chunk = {k: v[start:start + batch_size] for k, v in latent.items()}
-        logits = predict(model, chunk, X, batch_size=batch_size, return_sites=["logits"], **model_kwargs)["logits"]
-        probs = np.asarray(jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1), np.float64).sum(axis=0)
-        total = probs if total is None else total + probs
-    return total / num_samples
-
-
-def evaluate_classification(model: Callable, samples: dict, X_test, y_test, num_bins: int = 15,
-                            **model_kwargs) -> dict[str, float]:
-    """Accuracy, LPPD (= -NLL), NLL, ECE and MCE (top label, ``num_bins`` bins) of the predictive mean."""
-    probs = predictive_probs(model, samples, X_test, **model_kwargs)
-    nll = metrics.nll(probs, y_test)
-    return dict(accuracy=metrics.accuracy(probs, y_test), lppd=-nll, nll=nll,
-                ece=metrics.ece(probs, y_test, num_bins), mce=metrics.mce(probs, y_test, num_bins))
 
 
 def _mixing(samples_by_chain: dict) -> tuple[float, float]:

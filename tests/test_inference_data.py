@@ -20,10 +20,10 @@ with warnings.catch_warnings():
     import arviz as az
 
 from numpyro_mile import ICSGLD, MILE, SGLD, importance_weights, metrics, plots  # noqa: E402
-from numpyro_mile import reporting  # noqa: E402
+from numpyro_mile import inference_data as reporting  # noqa: E402
 from numpyro_mile.datasets import toy_regression  # noqa: E402
 from numpyro_mile.models import mlp_regression  # noqa: E402
-from numpyro_mile.reporting import to_inference_data  # noqa: E402
+from numpyro_mile.inference_data import to_inference_data  # noqa: E402
 
 HIDDEN = (4,)
 CHAINS, DRAWS = 2, 20

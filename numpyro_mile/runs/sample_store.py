@@ -1,4 +1,4 @@
-"""Samples streamed to disk, read back lazily (memory-mapped) as arrays or ArviZ ``InferenceData``.
+"""Samples streamed to disk, read back lazily (memory-mapped); atomic file writes.
 
 A :class:`SampleStore` is a directory with one ``.npy`` file per collected quantity, each of
 shape ``(num_chains, num_draws, *shape)`` and preallocated when the store is created, plus a
@@ -9,10 +9,11 @@ small ``store.json`` that records the layout and how many draws are complete::
       posterior/w0.npy            (chains, draws, 1, 16)
       sample_stats/step_size.npy  (chains, draws)
 
-:func:`numpyro_mile.checkpoint.run_chunked` writes one chunk of draws at a time into the files
+:func:`numpyro_mile.runs.chunked.run_chunked` writes one chunk of draws at a time into the files
 (memory stays bounded by the chunk) and then advances ``num_written``; draws past
 ``num_written`` may hold a half-written chunk after a crash and are never read back (a resumed
-run writes them again). :func:`load_samples` and :func:`load_inference_data` open the files
+run writes them again). :func:`load_samples` and
+:func:`numpyro_mile.inference_data.load_inference_data` open the files
 with ``numpy.load(mmap_mode="r")``: nothing is read from disk until it is used.
 
 Floating-point values can be stored in a lower precision (``store_dtype="float32"``,
@@ -24,54 +25,18 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from pathlib import Path
 from typing import Mapping
 
-import ml_dtypes
 import numpy as np
 
-__all__ = ["SampleStore", "STORE_DTYPES", "load_samples", "load_inference_data", "round_to_dtype", "storage_dtype"]
+from .._arrays import STORE_DTYPES, storage_dtype
+
+__all__ = ["SampleStore", "atomic_write_bytes", "load_samples"]
 
 STORE_VERSION = 1
 _STORE_FILE = "store.json"
 GROUPS = ("posterior", "sample_stats")
-
-#: storage precisions for floating-point samples (``None``: keep the sampler's dtype)
-STORE_DTYPES = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32),
-                "float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
-
-
-def storage_dtype(store_dtype) -> np.dtype | None:
-    """The NumPy dtype of a storage precision name (``None`` stays ``None``); raises for others.
-
-    >>> storage_dtype("bfloat16").itemsize
-    2
-    """
-    if store_dtype is None:
-        return None
-    name = np.dtype(store_dtype).name if not isinstance(store_dtype, str) else store_dtype
-    if name not in STORE_DTYPES:
-        raise ValueError(f"store_dtype must be None or one of {sorted(STORE_DTYPES)}, got {store_dtype!r}.")
-    return STORE_DTYPES[name]
-
-
-def round_to_dtype(values, store_dtype) -> np.ndarray:
-    """``values`` as they are stored with ``store_dtype`` (floating arrays only; others unchanged).
-
-    :param values: array-like of any shape.
-    :param store_dtype: ``None``, ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"float64"``.
-    :return: a NumPy array in the storage dtype (round to nearest even).
-
-    >>> round_to_dtype(np.array([1.0, 1.0 + 2**-10]), "bfloat16").astype(float).tolist()
-    [1.0, 1.0]
-    """
-    values = np.asarray(values)
-    dtype = storage_dtype(store_dtype)
-    if dtype is None or values.dtype.kind != "f" and values.dtype != STORE_DTYPES["bfloat16"]:
-        return values
-    return values.astype(dtype)
-
 
 def _is_float(dtype: np.dtype) -> bool:
     return dtype.kind == "f" or dtype == STORE_DTYPES["bfloat16"]
@@ -118,7 +83,7 @@ def _fsync_dir(directory: Path) -> None:
 class SampleStore:
     """A directory of preallocated, memory-mappable sample arrays (see the module docstring).
 
-    Create one with :meth:`create` (or let :func:`numpyro_mile.checkpoint.run_chunked` do it),
+    Create one with :meth:`create` (or let :func:`numpyro_mile.runs.chunked.run_chunked` do it),
     reopen one with ``SampleStore(directory)``.
 
     :param directory: the store's directory (it must hold a ``store.json``).
@@ -265,7 +230,7 @@ class SampleStore:
                 raise ValueError(f"{self.directory / info['file']} has shape {mm.shape}, store.json says "
                                  f"{tuple(info['shape'])}: the store is corrupt.")
             if info["dtype"] == "bfloat16":
-                mm = mm.view(ml_dtypes.bfloat16)
+                mm = mm.view(STORE_DTYPES["bfloat16"])
             value = mm[:, : self.num_written]
             if upcast and _is_float(value.dtype) and value.dtype.itemsize < 4:
                 value = value.astype(np.float32)
@@ -299,51 +264,3 @@ def load_samples(sample_dir: str | os.PathLike, *, group_by_chain: bool = True, 
     if not group_by_chain:
         values = {k: np.reshape(v, (-1,) + v.shape[2:]) for k, v in values.items()}
     return values
-
-
-def load_inference_data(sample_dir: str | os.PathLike, *, upcast: bool = False):
-    """An ArviZ ``InferenceData`` over the memory-mapped files of a :class:`SampleStore`.
-
-    ``posterior`` holds the collected sample field (constrained sites), ``sample_stats`` the
-    extra fields (``potential_energy`` becomes ``lp = -potential_energy`` as in
-    :func:`numpyro_mile.to_inference_data`; that one field is computed in memory). Dimensions
-    are ``chain``, ``draw`` and ``{name}_dim_{k}`` as in ``arviz.from_numpyro``. The arrays are
-    ``numpy.memmap`` views: ArviZ reads from disk what a computation touches.
-
-    :param sample_dir: the store's directory.
-    :param upcast: convert 16-bit floats to float32 (reads them into memory; some ArviZ
-        functions do not accept ``bfloat16``).
-
-    **Example**
-
-    >>> idata = load_inference_data("run.samples")    # doctest: +SKIP
-    >>> idata.posterior["w0"].dims                    # doctest: +SKIP
-    ('chain', 'draw', 'w0_dim_0', 'w0_dim_1')
-    """
-    import xarray as xr
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        import arviz as az
-
-    from .reporting import SAMPLE_STATS_NAMES
-
-    store = SampleStore(sample_dir)
-    groups = {}
-    for group in GROUPS:
-        values = store.read(group, upcast=upcast)
-        if not values:
-            continue
-        data = {}
-        for name, value in values.items():
-            if group == "sample_stats":
-                if name == "potential_energy":
-                    value = -np.asarray(value)
-                name = SAMPLE_STATS_NAMES.get(name, name)
-            dims = ["chain", "draw"] + [f"{name}_dim_{k}" for k in range(value.ndim - 2)]
-            data[name] = xr.Variable(dims, value)
-        coords = {"chain": np.arange(store.meta["num_chains"]), "draw": np.arange(store.num_written)}
-        groups[group] = xr.Dataset(data, coords=coords, attrs=dict(store.meta.get("attrs", {})))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return az.InferenceData(**groups)

@@ -48,8 +48,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ._arrays import to_host
-from .ensemble import fit_members
+from .._arrays import to_host
+from ..ensemble import fit_members
 
 __all__ = [
     "CHAIN_AXIS",
@@ -115,7 +115,7 @@ def chain_mesh(devices: Sequence[jax.Device] | None = None, axis_name: str = CHA
 
     .. doctest::
 
-        >>> from numpyro_mile.distributed import chain_mesh
+        >>> from numpyro_mile.runs.distributed import chain_mesh
         >>> chain_mesh().axis_names
         ('chains',)
     """
@@ -182,7 +182,7 @@ def shard_chains(tree: Any, mesh: Mesh | None = None, num_chains: int | None = N
     .. doctest::
 
         >>> import jax
-        >>> from numpyro_mile.distributed import shard_chains
+        >>> from numpyro_mile.runs.distributed import shard_chains
         >>> keys = shard_chains(jax.random.split(jax.random.PRNGKey(0), 3))
         >>> keys.shape[0] % jax.device_count()
         0
@@ -380,7 +380,7 @@ def sharded_deep_ensemble(
     .. doctest::
 
         >>> import jax
-        >>> from numpyro_mile.distributed import sharded_deep_ensemble
+        >>> from numpyro_mile.runs.distributed import sharded_deep_ensemble
         >>> from numpyro_mile.datasets import toy_regression
         >>> from numpyro_mile.models import mlp_regression
         >>> X, y = toy_regression(100)
@@ -426,7 +426,7 @@ def collectives(compiled: Any) -> list[Collective]:
     .. doctest::
 
         >>> import jax, jax.numpy as jnp
-        >>> from numpyro_mile.distributed import chain_mesh, collectives, shard_chains
+        >>> from numpyro_mile.runs.distributed import chain_mesh, collectives, shard_chains
         >>> x = shard_chains(jnp.ones((jax.device_count(), 3)))
         >>> ops = collectives(jax.jit(lambda a: a.mean(0)).lower(x).compile())
         >>> all(op.num_elements <= 3 for op in ops)

@@ -1,4 +1,5 @@
-"""ArviZ ``InferenceData`` from a NumPyro MCMC run of any kernel, with test-set groups.
+"""The one ArviZ conversion: ``InferenceData`` from a NumPyro MCMC run of any kernel (with test-set
+groups), or from a sample store on disk (:func:`load_inference_data`).
 
 ``arviz.from_numpyro(mcmc, log_likelihood=True)`` evaluates the log-likelihood with the
 training call of the model; with a subsampled ``"data"`` plate (SGLD, ICSGLD) that is a
@@ -36,6 +37,7 @@ and leaves the variable out.
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Callable, Sequence
 
@@ -43,14 +45,15 @@ import jax
 import numpy as np
 
 from . import _model_utils as mu
+from .kernels.icsgld import importance_weights
 from .predictive import full_plate_model, log_likelihood, predict
-from .weights import importance_weights
+from .runs.sample_store import GROUPS, SampleStore
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)  # ArviZ 0.23 announces its 1.0 refactor
     import arviz as az
 
-__all__ = ["IMPORTANCE_WEIGHT_NOTE", "SAMPLE_STATS_NAMES", "to_inference_data"]
+__all__ = ["IMPORTANCE_WEIGHT_NOTE", "SAMPLE_STATS_NAMES", "load_inference_data", "to_inference_data"]
 
 #: NumPyro extra-field names -> ArviZ ``sample_stats`` names (as ``arviz.from_numpyro``)
 SAMPLE_STATS_NAMES = {
@@ -267,3 +270,45 @@ def to_inference_data(
         idata.sample_stats.attrs["importance_weight"] = IMPORTANCE_WEIGHT_NOTE
         idata.sample_stats["importance_weight"].attrs["note"] = IMPORTANCE_WEIGHT_NOTE
     return idata
+
+
+def load_inference_data(sample_dir: str | os.PathLike, *, upcast: bool = False):
+    """An ArviZ ``InferenceData`` over the memory-mapped files of a :class:`SampleStore`.
+
+    ``posterior`` holds the collected sample field (constrained sites), ``sample_stats`` the
+    extra fields (``potential_energy`` becomes ``lp = -potential_energy`` as in
+    :func:`numpyro_mile.to_inference_data`; that one field is computed in memory). Dimensions
+    are ``chain``, ``draw`` and ``{name}_dim_{k}`` as in ``arviz.from_numpyro``. The arrays are
+    ``numpy.memmap`` views: ArviZ reads from disk what a computation touches.
+
+    :param sample_dir: the store's directory.
+    :param upcast: convert 16-bit floats to float32 (reads them into memory; some ArviZ
+        functions do not accept ``bfloat16``).
+
+    **Example**
+
+    >>> idata = load_inference_data("run.samples")    # doctest: +SKIP
+    >>> idata.posterior["w0"].dims                    # doctest: +SKIP
+    ('chain', 'draw', 'w0_dim_0', 'w0_dim_1')
+    """
+    import xarray as xr
+
+    store = SampleStore(sample_dir)
+    groups = {}
+    for group in GROUPS:
+        values = store.read(group, upcast=upcast)
+        if not values:
+            continue
+        data = {}
+        for name, value in values.items():
+            if group == "sample_stats":
+                if name == "potential_energy":
+                    value = -np.asarray(value)
+                name = SAMPLE_STATS_NAMES.get(name, name)
+            dims = ["chain", "draw"] + [f"{name}_dim_{k}" for k in range(value.ndim - 2)]
+            data[name] = xr.Variable(dims, value)
+        coords = {"chain": np.arange(store.meta["num_chains"]), "draw": np.arange(store.num_written)}
+        groups[group] = xr.Dataset(data, coords=coords, attrs=dict(store.meta.get("attrs", {})))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return az.InferenceData(**groups)

@@ -1,0 +1,105 @@
+"""What the kernels of this package share: NumPyro's kernel interface around pure per-chain functions.
+
+A kernel here is a thin :class:`ChainKernel` (a NumPyro ``MCMCKernel``) whose ``init`` builds an
+immutable run configuration and a state NamedTuple, and whose ``sample`` calls a pure step
+function of the kernel's module. This module holds, once, what every kernel needs:
+
+- NumPyro's boilerplate: ``model``, ``sample_field``, ``is_ensemble_kernel``;
+- chain batching (:func:`over_chains`): a per-chain function made to work on a
+  ``vectorized`` state, whose ``state_axes`` say which fields have a chain axis;
+- NaN reporting without host callbacks (:func:`rejected_steps_message`,
+  :meth:`ChainKernel.run_warnings`): steps whose result is not finite are rejected and counted in
+  the state (``num_nans``); the messages are built after the run from ``mcmc.last_state``
+  (:func:`numpyro_mile.to_inference_data` warns with them). A host callback in the step would keep
+  JAX's persistent compilation cache from storing the sampling loop;
+- :class:`ProgramsPerArgs`: compiled closures of model arguments, kept per argument objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from numpyro.infer.mcmc import MCMCKernel
+
+__all__ = ["ChainKernel", "ProgramsPerArgs", "over_chains", "rejected_steps_message"]
+
+
+def rejected_steps_message(kernel_name: str, num_nans, advice: str) -> str | None:
+    """The warning for a run whose chains rejected non-finite steps, or ``None`` when none did.
+
+    :param kernel_name: the kernel's name in the message.
+    :param num_nans: rejected steps so far, per chain (any shape) or in total.
+    :param advice: what the user may change (one sentence).
+    """
+    nans = np.atleast_1d(np.asarray(num_nans))
+    if nans.sum() == 0:
+        return None
+    return (f"{kernel_name} rejected {int(nans.sum())} step(s) (over all chains; per chain {nans.tolist()}) because "
+            "the energy, gradient or position became NaN or infinite; each time the chain stayed at its previous "
+            f"position. {advice}")
+
+
+def over_chains(fn: Callable, state_axes, batched: bool, num_states: int = 1) -> Callable:
+    """``fn`` of ``num_states`` single-chain states (returning a state), made to work on batched states
+    when ``batched`` (a ``vectorized`` run): ``vmap`` over the chain axes given by ``state_axes`` (a
+    state NamedTuple of ``0`` and ``None``)."""
+    if not batched:
+        return fn
+    return jax.vmap(fn, in_axes=(state_axes,) * num_states, out_axes=state_axes)
+
+
+class ChainKernel(MCMCKernel):
+    """NumPyro's ``MCMCKernel`` interface shared by this package's kernels.
+
+    Subclasses set :attr:`kernel_name` and :attr:`state_axes`, implement ``init`` / ``sample`` with
+    their module's pure functions, and may extend :meth:`run_warnings`.
+    """
+
+    sample_field = "z"
+    #: the kernel's name in messages
+    kernel_name = "kernel"
+    #: vmap axes of a ``vectorized`` state: a state NamedTuple of ``0`` (chain axis) and ``None`` (shared)
+    state_axes: Any = None
+    #: advice appended to the rejected-steps warning
+    nan_advice = "The step size is probably too large for this model: see the 'num_nans' extra field."
+
+    def __init__(self, model: Callable | None):
+        self._model = model
+
+    @property
+    def model(self) -> Callable | None:
+        return self._model
+
+    @property
+    def is_ensemble_kernel(self) -> bool:
+        return False
+
+    def over_chains(self, fn: Callable, batched: bool, num_states: int = 1) -> Callable:
+        """:func:`over_chains` with this kernel's :attr:`state_axes`."""
+        return over_chains(fn, self.state_axes, batched, num_states)
+
+    def run_warnings(self, state) -> list[str]:
+        """What went wrong in a run, from its last state (``mcmc.last_state``); empty when nothing did."""
+        message = rejected_steps_message(self.kernel_name, state.num_nans, self.nan_advice)
+        return [] if message is None else [message]
+
+
+class ProgramsPerArgs:
+    """Compiled closures over model arguments, kept per argument objects (by identity; the entry keeps
+    them alive, so an ``id`` cannot be reused): ``sequential`` chains, which call ``init`` once each,
+    compile once. At most 16 entries."""
+
+    def __init__(self):
+        self._entries: dict = {}
+
+    def get(self, name: str, model_args: tuple, model_kwargs: dict, build: Callable[[], Callable]) -> Callable:
+        key = (name,) + tuple(id(a) for a in model_args) + tuple((k, id(v)) for k, v in sorted(model_kwargs.items()))
+        if key not in self._entries:
+            if len(self._entries) > 16:
+                self._entries.clear()
+            self._entries[key] = (build(), model_args, model_kwargs)
+        return self._entries[key][0]
+
+

@@ -1,0 +1,224 @@
+"""The pure core of stochastic-gradient Langevin kernels (SGLD, pSGLD, ICSGLD), and their shared
+NumPyro plumbing (:class:`MinibatchKernel`).
+
+One step of one chain (Welling & Teh 2011), on a fresh minibatch each step::
+
+    x <- x - eps_k * m * G * grad U~(x) + sqrt(2 eps_k tau G) * xi,        xi ~ N(0, I)
+
+``U~`` is NumPyro's potential energy of the model on the minibatch its subsample plate selects
+(:mod:`numpyro_mile.minibatch`), ``tau`` the temperature, ``m`` a gradient multiplier (ICSGLD's;
+1 for SGLD), ``G`` a diagonal preconditioner (pSGLD's; 1 for SGLD). A chain carries the minibatch
+energy and gradient at its position, so a step costs one gradient evaluation
+(:func:`sgld_transition`). SGLD and ICSGLD draw their random numbers the same way
+(:func:`chain_keys`), which is why ICSGLD with ``zeta=0`` reproduces SGLD bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from .._arrays import to_host
+from ..minibatch import MinibatchModel
+from ._base import ChainKernel, ProgramsPerArgs
+
+__all__ = ["MinibatchKernel", "Moments", "RunningMoments", "as_schedule", "build_init", "chain_keys",
+           "check_initial_state", "langevin_move", "polynomial_schedule", "sgld_transition", "welford"]
+
+
+# ---------------------------------------------------------------------------------------------- running moments
+class RunningMoments(NamedTuple):
+    """Welford accumulators of the post-warmup iterates of one chain (unconstrained space).
+
+    :ivar count: number of iterates accumulated.
+    :ivar mean: running mean, a dict like ``z``.
+    :ivar m2: running sum of squared deviations from the mean, a dict like ``z``.
+    """
+
+    count: jax.Array
+    mean: dict
+    m2: dict
+
+
+class Moments(NamedTuple):
+    """Mean and variance of iterates (returned by :meth:`SGLD.running_moments`).
+
+    :ivar mean: dict site -> mean (unconstrained space).
+    :ivar var: dict site -> variance (``ddof=0``).
+    :ivar count: number of iterates per chain.
+    """
+
+    mean: dict
+    var: dict
+    count: int
+
+
+# ---------------------------------------------------------------------------------------------- one step
+def chain_keys(rng_key):
+    """Split a chain's key into ``(next key, minibatch key, noise key)``: the key use of one step."""
+    key, batch_key, noise_key = jax.random.split(rng_key, 3)
+    return key, batch_key, noise_key
+
+
+def langevin_move(z, grad, step_size, temperature, noise_key, multiplier=1.0, preconditioner=None):
+    """One Euler step of overdamped Langevin dynamics on the potential (NumPyro's sign convention).
+
+    ``z - eps * G * (multiplier * grad) + sqrt(2 eps tau G) * xi``, with ``G = 1`` when
+    ``preconditioner`` is ``None`` (else the diagonal ``G`` as a pytree like ``z``).
+    ``xi`` is one standard normal vector of the size of the flattened ``z``.
+    """
+    flat, unravel = ravel_pytree(z)
+    g, _ = ravel_pytree(grad)
+    noise = jax.random.normal(noise_key, flat.shape, flat.dtype)
+    drift = multiplier * g
+    if preconditioner is None:
+        new = flat - step_size * drift + jnp.sqrt(2 * step_size * temperature) * noise
+    else:
+        G, _ = ravel_pytree(preconditioner)
+        new = flat - step_size * (G * drift) + jnp.sqrt(2 * step_size * temperature * G) * noise
+    return unravel(new)
+
+
+def sgld_transition(rng_key, z, energy, grad, potential: Callable, step_size, temperature, multiplier=1.0,
+                    preconditioner=None):
+    """One (p)SGLD step of one chain, from a position with its minibatch energy and gradient.
+
+    Splits ``rng_key`` with :func:`chain_keys`, moves ``z`` (:func:`langevin_move`, with the
+    gradient multiplied by ``multiplier``), and evaluates ``value_and_grad(potential)`` at the
+    new position on a fresh minibatch. A non-finite energy, gradient or position is rejected:
+    the inputs are returned. Works on the flattened position (one select per array instead of
+    one per site). Returns ``(next key, z, energy, grad, accepted)``.
+    """
+    key, batch_key, noise_key = chain_keys(rng_key)
+    flat, unravel = ravel_pytree(z)
+    g, _ = ravel_pytree(grad)
+    G = None if preconditioner is None else ravel_pytree(preconditioner)[0]
+    new = langevin_move(flat, g, step_size, temperature, noise_key, multiplier, G)
+    new_energy, new_grad = jax.value_and_grad(potential)(unravel(new), batch_key)
+    new_g, _ = ravel_pytree(new_grad)
+    ok = jnp.isfinite(new_energy) & jnp.all(jnp.isfinite(new_g)) & jnp.all(jnp.isfinite(new))
+    return (key, unravel(jnp.where(ok, new, flat)), jnp.where(ok, new_energy, energy),
+            unravel(jnp.where(ok, new_g, g)), ok)
+
+
+def build_init(mb: MinibatchModel, model_args: tuple, model_kwargs: dict, init_strategy: Callable,
+               make_state: Callable) -> Callable:
+    """A jit-compiled ``init(keys, init_params) -> state`` for a batch of chains (one compilation).
+
+    Each chain's key is split into ``(init key, minibatch key, state key)``; positions come from
+    ``init_params`` (a dict with a leading chain axis) or, when it is ``None``, from
+    ``init_strategy`` on the full-data model; the minibatch energy and gradient are evaluated
+    at them, and ``make_state(z, energy, grad, state_keys)`` (all with a chain axis) builds the
+    kernel's state.
+    """
+    potential = mb.potential_fn(model_args, model_kwargs)
+
+    @jax.jit
+    def init(keys, init_params):
+        split = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
+        init_keys, batch_keys, state_keys = split[:, 0], split[:, 1], split[:, 2]
+        if init_params is None:
+            z = mb.init_positions(init_keys, model_args, model_kwargs, init_strategy)
+        else:
+            z = init_params
+        energy, grad = jax.vmap(jax.value_and_grad(potential))(z, batch_keys)
+        return make_state(z, energy, grad, state_keys)
+
+    return init
+
+
+def check_initial_state(kernel_name: str, energy, grad, z) -> None:
+    """Raise when a chain starts where the energy or its gradient is not finite (concrete values only)."""
+    if isinstance(energy, jax.core.Tracer):
+        return
+    # reduce where the chains live, then bring one flag per chain to the host (chains sharded over processes
+    # by numpyro_mile.run_distributed are gathered)
+    bad = ~jnp.isfinite(jnp.reshape(energy, -1))
+    for leaf in jax.tree.leaves((grad, z)):
+        bad |= ~jnp.all(jnp.isfinite(jnp.reshape(leaf, (bad.shape[0], -1))), axis=1)
+    bad = to_host(bad)
+    if bad.any():
+        raise ValueError(
+            f"{kernel_name}: the initial position of chain(s) {np.flatnonzero(bad).tolist()} has a non-finite "
+            "potential energy or gradient. Pass finite init_params or another init_strategy."
+        )
+
+
+def polynomial_schedule(a: float, b: float, gamma: float) -> Callable:
+    """``k -> a * (b + k)^(-gamma)``: the decaying SGLD step size (``k`` counts from 0)."""
+    if not a > 0 or not b > 0 or not 0 < gamma <= 1:
+        raise ValueError(
+            f"a polynomial step-size schedule a * (b + k)^(-gamma) needs a > 0, b > 0 and 0 < gamma <= 1 "
+            f"(0.5 < gamma <= 1 for SGLD's convergence theory), got a={a}, b={b}, gamma={gamma}."
+        )
+    return lambda k: a * (b + k) ** (-gamma)
+
+
+def as_schedule(step_size, schedule) -> Callable:
+    """The step-size schedule ``k -> eps_k`` of a kernel's ``step_size`` / ``schedule`` arguments (validated)."""
+    if schedule is None:
+        if not (isinstance(step_size, (int, float, np.floating)) and step_size > 0):
+            raise ValueError(f"step_size must be a positive number, got {step_size!r}.")
+        return lambda k: step_size
+    if callable(schedule):
+        return schedule
+    if isinstance(schedule, (tuple, list)) and len(schedule) == 4 and schedule[0] == "polynomial":
+        return polynomial_schedule(*schedule[1:])
+    raise ValueError(
+        "schedule must be None (constant step_size), a callable k -> step size, or "
+        f"('polynomial', a, b, gamma) for a * (b + k)^(-gamma); got {schedule!r}."
+    )
+
+
+def welford(moments: RunningMoments, z, active) -> RunningMoments:
+    """Add the position ``z`` to the running moments when ``active`` (Welford's update)."""
+    count = moments.count + jnp.where(active, 1, 0)
+    safe = jnp.maximum(count, 1)
+    mean = jax.tree.map(lambda m, x: jnp.where(active, m + (x - m) / safe, m), moments.mean, z)
+    m2 = jax.tree.map(lambda s, m_old, m_new, x: jnp.where(active, s + (x - m_old) * (x - m_new), s),
+                      moments.m2, moments.mean, mean, z)
+    return RunningMoments(count, mean, m2)
+
+
+
+class MinibatchKernel(ChainKernel):
+    """NumPyro plumbing of the minibatch kernels: the model's subsample plates
+    (:class:`~numpyro_mile.minibatch.MinibatchModel`), one compiled ``init`` per model arguments,
+    and the constrained-space ``postprocess_fn``."""
+
+    def __init__(self, model: Callable, init_strategy: Callable):
+        if model is None or not callable(model):
+            raise ValueError(f"{self.kernel_name} needs a NumPyro model (a callable), e.g. "
+                             f"{self.kernel_name}(mlp_regression).")
+        super().__init__(model)
+        self.init_strategy = init_strategy
+        self._mb: MinibatchModel | None = None
+        self._programs = ProgramsPerArgs()
+
+    def postprocess_fn(self, args, kwargs):
+        if self._mb is None:
+            return lambda z: z
+        return self._mb.postprocess_fn(args, kwargs or {})
+
+    def _init_chains(self, keys, init_params, model_args, model_kwargs, batched: bool, make_state: Callable):
+        """States of the chains with keys ``keys`` (a leading chain axis), from ``init_params`` (with a
+        chain axis when ``batched``) or the init strategy; sets up the minibatch model of this run."""
+        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+        model_args = tuple(model_args)
+        self._mb = MinibatchModel(self._model, model_args, model_kwargs, kernel_name=self.kernel_name,
+                                  rng_key=keys[0])
+        if init_params is not None:
+            init_params = self._mb.check_init_params(init_params, keys.shape[0], batched)
+        init = self._programs.get("init", model_args, model_kwargs, lambda: build_init(
+            self._mb, model_args, model_kwargs, self.init_strategy, make_state))
+        state = init(keys, init_params)
+        check_initial_state(self.kernel_name, state.potential_energy, state.z_grad, state.z)
+        return state
+
+    def _potential(self, model_args, model_kwargs) -> Callable:
+        """``potential(z, minibatch_key)``: the minibatch potential energy of this run's model."""
+        return self._mb.potential_fn(tuple(model_args), model_kwargs or {})

@@ -1,0 +1,440 @@
+"""Checkpoint files of MCMC states: a pytree codec, a run fingerprint, an atomic file format.
+
+:func:`save_checkpoint` / :func:`load_checkpoint` store any kernel state that is a pytree of
+arrays (namedtuples, dicts, tuples, lists, ``None``; MILE, SGLD, ICSGLD, NUTS/HMC) in one file.
+Writes are atomic (a temporary file, ``fsync``, ``os.replace``): a crash while saving leaves
+the previous checkpoint readable. The file records a format version, a SHA-256 checksum of
+every array (a truncated or damaged file raises :class:`CheckpointError`) and a fingerprint of
+the run (kernel class and settings, model, data, MCMC settings) that is checked on loading.
+Between NumPyro runs this is all that is needed::
+
+    mcmc.warmup(key, X, y)
+    save_checkpoint(mcmc, "warm.ckpt", model_args=(X, y))
+    ...                                             # later, in another process
+    ckpt = load_checkpoint("warm.ckpt", mcmc=mcmc, model_args=(X, y))  # sets post_warmup_state
+    mcmc.run(ckpt.state.rng_key, X, y)
+
+Runs that must stop and resume mid-warmup use :func:`numpyro_mile.runs.chunked.run_chunked`,
+which writes these files after every chunk.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import io
+import json
+import os
+import time
+import zipfile
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+
+from .._version import __version__
+from .sample_store import atomic_write_bytes
+
+__all__ = ["CHECKPOINT_VERSION", "Checkpoint", "CheckpointError", "check_fingerprint", "load_checkpoint",
+           "run_fingerprint", "save_checkpoint"]
+
+#: version of the checkpoint file format
+CHECKPOINT_VERSION = 1
+_META = "__meta__"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used: truncated, damaged, another format version, or
+    written by another run (model, data, kernel settings or MCMC settings)."""
+
+
+class Checkpoint(NamedTuple):
+    """A loaded checkpoint.
+
+    :ivar state: the kernel state (a pytree of JAX arrays), as ``mcmc.last_state``.
+    :ivar step: steps (warmup + sampling) the chains had taken, when known, else ``None``.
+    :ivar num_draws: draws per chain written to the sample store (:func:`run_chunked`), else 0.
+    :ivar fingerprint: what identifies the run (see :func:`run_fingerprint`).
+    :ivar metadata: other recorded information (versions, time, user ``metadata``).
+    :ivar extra: other saved arrays (:func:`run_chunked` keeps the initial keys here).
+    """
+
+    state: Any
+    step: int | None
+    num_draws: int
+    fingerprint: dict
+    metadata: dict
+    extra: dict
+
+
+# ============================================================================== pytree <-> arrays
+def _leaf_to_numpy(x, info: dict) -> np.ndarray:
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        info["prng_impl"] = str(jax.random.key_impl(x))
+        x = jax.random.key_data(x)
+    elif isinstance(x, (bool, int, float, complex)):
+        info["python"] = type(x).__name__
+    return np.asarray(jax.device_get(x))
+
+
+def _encode(tree, leaves: list) -> Any:
+    """A JSON description of ``tree``; its arrays are appended to ``leaves``."""
+    if tree is None:
+        return None
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        cls = type(tree)
+        return {"namedtuple": f"{cls.__module__}:{cls.__qualname__}",
+                "fields": {f: _encode(getattr(tree, f), leaves) for f in tree._fields}}
+    if isinstance(tree, dict):
+        return {"dict": [[_encode_key(k), _encode(v, leaves)] for k, v in tree.items()]}
+    if isinstance(tree, (tuple, list)):
+        return {type(tree).__name__: [_encode(v, leaves) for v in tree]}
+    if isinstance(tree, (jax.Array, np.ndarray, np.generic, bool, int, float)):
+        info = {"leaf": len(leaves)}
+        leaves.append(_leaf_to_numpy(tree, info))
+        return info
+    raise TypeError(
+        f"cannot checkpoint a {type(tree).__name__} inside the state: a checkpointable state is a pytree of "
+        "arrays built from namedtuples, dicts, tuples, lists and None."
+    )
+
+
+def _encode_key(key):
+    """Dict keys: strings, integers, or tuples of them (NumPyro's mass-matrix dicts use tuples of sites)."""
+    if isinstance(key, (str, int)) and not isinstance(key, bool):
+        return key
+    if isinstance(key, tuple) and all(isinstance(k, (str, int)) for k in key):
+        return {"tuple": list(key)}
+    raise TypeError(f"checkpoints store dicts whose keys are strings, integers or tuples of them, got {key!r}.")
+
+
+def _decode_key(key):
+    return tuple(key["tuple"]) if isinstance(key, dict) else key
+
+
+def _import_namedtuple(path: str):
+    module, _, qualname = path.partition(":")
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as err:
+        raise CheckpointError(f"the checkpoint's state uses the class {path}, which cannot be imported here ({err}).")
+    if not (isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, "_fields")):
+        raise CheckpointError(f"{path} in the checkpoint is not a namedtuple class.")
+    return obj
+
+
+def _decode(node, leaves: list) -> Any:
+    if node is None:
+        return None
+    if "namedtuple" in node:
+        cls = _import_namedtuple(node["namedtuple"])
+        fields = node["fields"]
+        if tuple(fields) != tuple(cls._fields):
+            raise CheckpointError(f"{node['namedtuple']} has fields {cls._fields} here, the checkpoint has "
+                                  f"{tuple(fields)}: it was written by another version of that class.")
+        return cls(*(_decode(fields[f], leaves) for f in cls._fields))
+    if "dict" in node:
+        return {_decode_key(k): _decode(v, leaves) for k, v in node["dict"]}
+    if "tuple" in node:
+        return tuple(_decode(v, leaves) for v in node["tuple"])
+    if "list" in node:
+        return [_decode(v, leaves) for v in node["list"]]
+    value = leaves[node["leaf"]]
+    if "prng_impl" in node:
+        return jax.random.wrap_key_data(jnp.asarray(value), impl=node["prng_impl"])
+    if "python" in node:
+        return {"bool": bool, "int": int, "float": float, "complex": complex}[node["python"]](value)
+    array = jnp.asarray(value)
+    if array.dtype != value.dtype:
+        raise CheckpointError(
+            f"the checkpoint holds {value.dtype} arrays, which JAX turns into {array.dtype} here: "
+            "set jax.config.update('jax_enable_x64', True) as in the run that wrote it (or the reverse)."
+        )
+    return array
+
+
+# ============================================================================== fingerprint
+#: attributes of kernels that ``init`` sets (not settings): left out of the fingerprint
+_RUNTIME_ATTRS = frozenset({
+    "ensembles", "_batched", "_num_warmup", "_schedule", "_coords", "_cache", "_mb", "_sample_fn", "_init_fn",
+    "_postprocess_fn", "_potential_fn_gen", "_postprocess_fn_gen", "_inv_transforms", "_dynamic_support",
+    "_prototype_trace", "_model", "_data", "_config", "_programs",
+})
+
+
+def _qualname(fn) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+
+
+def _digest(value) -> str:
+    """SHA-256 of an array-like's dtype, shape and bytes."""
+    if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
+        value = jax.random.key_data(value)
+    array = np.ascontiguousarray(jax.device_get(value))
+    h = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
+    h.update(array.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _describe(value, depth: int = 0):
+    """A JSON-able, process-independent description of a setting (no memory addresses)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return value.item() if isinstance(value, np.generic) else value
+    if depth > 4:
+        return type(value).__qualname__
+    if isinstance(value, (np.ndarray, jax.Array)):
+        return {"array": _digest(value)}
+    if isinstance(value, (tuple, list)):
+        return [_describe(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _describe(v, depth + 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, functools.partial):
+        return {"partial": _qualname(value.func), "args": _describe(value.args, depth + 1),
+                "keywords": _describe(value.keywords, depth + 1)}
+    if callable(value):
+        return _qualname(value)
+    return type(value).__qualname__
+
+
+def _kernel_settings(kernel) -> dict:
+    settings = {}
+    for name, value in sorted(vars(kernel).items()):
+        if name in _RUNTIME_ATTRS:
+            continue
+        if name.startswith("_") and not (isinstance(value, (bool, int, float, str, functools.partial))
+                                         or (callable(value) and not isinstance(value, type))):
+            continue  # private containers and objects are runtime state, not settings
+        settings[name] = _describe(value)
+    return settings
+
+
+def _data_digest(model_args, model_kwargs) -> str:
+    h = hashlib.sha256()
+    for name, value in [(str(i), a) for i, a in enumerate(model_args)] + sorted((model_kwargs or {}).items()):
+        h.update(name.encode())
+        for leaf in jax.tree.leaves(value):
+            if isinstance(leaf, (np.ndarray, jax.Array)):
+                h.update(_digest(leaf).encode())
+            else:
+                h.update(json.dumps(_describe(leaf)).encode())
+    return h.hexdigest()[:16]
+
+
+def run_fingerprint(mcmc, model_args: tuple = (), model_kwargs: dict | None = None, **extra) -> dict:
+    """What identifies a run: kernel class and settings, model, data and MCMC settings.
+
+    Used by :func:`save_checkpoint` and :func:`run_chunked`; a checkpoint is only resumed by a
+    call whose fingerprint is the same. Settings are described without memory addresses
+    (functions by qualified name, arrays by a SHA-256 digest), so fingerprints are equal across
+    processes.
+
+    :param mcmc: a ``numpyro.infer.MCMC``.
+    :param model_args: the model's positional arguments (hashed: digest of dtype, shape, bytes).
+    :param model_kwargs: its keyword arguments (hashed the same way).
+    :param extra: further JSON-able entries (e.g. ``extra_fields``), stored as given.
+    :return: a JSON-able dict.
+
+    >>> import numpyro, numpyro.distributions as dist
+    >>> from numpyro.infer import MCMC, NUTS
+    >>> def model(): numpyro.sample("x", dist.Normal())
+    >>> fp = run_fingerprint(MCMC(NUTS(model), num_warmup=10, num_samples=10))
+    >>> fp["kernel"], fp["num_warmup"], fp["kernel_settings"]["_max_tree_depth"]
+    ('numpyro.infer.hmc.NUTS', 10, 10)
+    """
+    kernel = mcmc.sampler
+    chain_method = mcmc.chain_method if isinstance(mcmc.chain_method, str) else _qualname(mcmc.chain_method)
+    chain_method = "single" if mcmc.num_chains == 1 else chain_method  # irrelevant for one chain
+    fingerprint = {
+        "kernel": _qualname(type(kernel)),
+        "kernel_settings": _kernel_settings(kernel),
+        "model": _qualname(kernel.model) if getattr(kernel, "model", None) is not None else None,
+        "data": _data_digest(tuple(model_args), model_kwargs),
+        "num_warmup": int(mcmc.num_warmup),
+        "num_samples": int(mcmc.num_samples),
+        "num_chains": int(mcmc.num_chains),
+        "chain_method": chain_method,
+        "thinning": int(mcmc.thinning),
+        "postprocess_fn": None if mcmc.postprocess_fn is None else _qualname(mcmc.postprocess_fn),
+    }
+    fingerprint.update({k: _describe(v) for k, v in extra.items()})
+    return fingerprint
+
+
+#: kernel settings added after checkpoints were first written, with the value that reproduces the older runs:
+#: a checkpoint without one of them matches a kernel that has this value
+_LATER_SETTINGS = {"target_schedule": "auto", "_potential_fn": None}
+
+
+def _differences(saved: dict, now: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(saved) | set(now)):
+        absent = _LATER_SETTINGS.get(key, "<absent>") if prefix == "kernel_settings." else "<absent>"
+        a, b = saved.get(key, absent), now.get(key, absent)
+        if isinstance(a, dict) and isinstance(b, dict) and key == "kernel_settings":
+            out += _differences(a, b, prefix=f"{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: checkpoint {a!r}, now {b!r}")
+    return out
+
+
+def check_fingerprint(saved: dict, now: dict, path, *, ignore: tuple[str, ...] = ()) -> None:
+    """Raise :class:`CheckpointError` listing every entry where ``saved`` and ``now`` differ."""
+    diffs = [d for d in _differences(saved, now) if d.split(":")[0] not in ignore]
+    if diffs:
+        raise CheckpointError(
+            f"the checkpoint {path} was written by another run; it differs in\n  " + "\n  ".join(diffs)
+            + "\nResume with the original model, data, kernel and MCMC settings, or delete the checkpoint "
+            "(or pass resume=False) to start a new run."
+        )
+
+
+# ============================================================================== file format
+def _versions() -> dict:
+    return {"jax": jax.__version__, "numpyro": numpyro.__version__, "numpyro_mile": __version__}
+
+
+def _write(path, payload: dict, meta: dict) -> Path:
+    path = Path(path)
+    leaves: list[np.ndarray] = []
+    structure = _encode(payload, leaves)
+    meta = dict(meta, version=CHECKPOINT_VERSION, structure=structure,
+                checksums=[_digest(leaf) for leaf in leaves], versions=_versions(), time=time.time())
+    buffer = io.BytesIO()
+    arrays = {f"a{i}": leaf for i, leaf in enumerate(leaves)}
+    arrays[_META] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(buffer, **arrays)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+def _read(path) -> tuple[dict, dict]:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            meta = json.loads(bytes(npz[_META]).decode())
+            if meta.get("version") != CHECKPOINT_VERSION:
+                raise CheckpointError(
+                    f"{path} has checkpoint format version {meta.get('version')}; this numpyro_mile reads version "
+                    f"{CHECKPOINT_VERSION}. Resume with the numpyro_mile that wrote it."
+                )
+            leaves = [npz[f"a{i}"] for i in range(len(meta["checksums"]))]
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, EOFError, KeyError, ValueError, OSError, json.JSONDecodeError) as err:
+        raise CheckpointError(
+            f"{path} is truncated or damaged ({type(err).__name__}: {err}); it cannot be resumed. A crash while "
+            "saving cannot cause this (writes are atomic); restore a copy or delete it to start afresh."
+        ) from err
+    for i, (leaf, checksum) in enumerate(zip(leaves, meta["checksums"])):
+        if _digest(leaf) != checksum:
+            raise CheckpointError(f"{path} is damaged: array {i} does not match its checksum; it cannot be resumed.")
+    return _decode(meta["structure"], leaves), meta
+
+
+def _without_data(state):
+    """The state without the model data a kernel carries through its loop (MILE's ``data``): checkpoints
+    hold the run's state, not a copy of the data (``run_chunked`` and ``init`` attach it again)."""
+    if getattr(state, "data", None) is not None and hasattr(state, "_replace"):
+        return state._replace(data=None)
+    return state
+
+
+def _with_data_of(state, fresh):
+    """``state`` carrying the data of ``fresh`` (a state just made by ``init`` for the same run)."""
+    if hasattr(state, "data") and getattr(fresh, "data", None) is not None:
+        return state._replace(data=fresh.data)
+    return state
+
+
+def _step_of(state) -> int | None:
+    i = getattr(state, "i", None)
+    if i is None:
+        return None
+    try:
+        return int(np.max(np.asarray(i)))
+    except TypeError:
+        return None
+
+
+def save_checkpoint(source, path: str | os.PathLike, *, model_args: tuple = (), model_kwargs: dict | None = None,
+                    metadata: dict | None = None) -> Path:
+    """Save an MCMC run's state (``mcmc.last_state``) or any state pytree, atomically.
+
+    :param source: a ``numpyro.infer.MCMC`` after ``run`` or ``warmup`` (its ``last_state``
+        and settings are saved), or a state pytree (arrays in namedtuples/dicts/tuples/lists).
+    :param path: the checkpoint file (its parent directory is created if needed).
+    :param model_args: the model's arguments: their digest is checked by :func:`load_checkpoint`.
+    :param model_kwargs: the model's keyword arguments (digest, likewise).
+    :param metadata: JSON-able information to keep with it.
+    :return: the path written.
+
+    **Example**
+
+    >>> import jax, tempfile, numpyro, numpyro.distributions as dist
+    >>> from numpyro.infer import MCMC, NUTS
+    >>> def model(): numpyro.sample("x", dist.Normal())
+    >>> mcmc = MCMC(NUTS(model), num_warmup=50, num_samples=50, progress_bar=False)
+    >>> mcmc.warmup(jax.random.PRNGKey(0))
+    >>> path = save_checkpoint(mcmc, tempfile.mkdtemp() + "/warm.ckpt")
+    >>> mcmc2 = MCMC(NUTS(model), num_warmup=50, num_samples=50, progress_bar=False)
+    >>> ckpt = load_checkpoint(path, mcmc=mcmc2)      # sets mcmc2.post_warmup_state
+    >>> mcmc2.run(ckpt.state.rng_key)
+    """
+    if hasattr(source, "sampler") and hasattr(source, "last_state"):
+        state = source.last_state
+        if state is None:
+            raise ValueError("this MCMC has no state yet: call mcmc.run(...) or mcmc.warmup(...) before saving.")
+        fingerprint = run_fingerprint(source, model_args, model_kwargs)
+        if not model_args and not model_kwargs:
+            fingerprint["data"] = None  # not recorded: not checked on loading
+    else:
+        state, fingerprint = source, {}
+    state = _without_data(state)
+    meta = {"kind": "state", "step": _step_of(state), "num_draws": 0, "fingerprint": fingerprint,
+            "metadata": dict(metadata or {})}
+    return _write(path, {"state": state}, meta)
+
+
+def load_checkpoint(path: str | os.PathLike, *, mcmc=None, model_args: tuple | None = None,
+                    model_kwargs: dict | None = None) -> Checkpoint:
+    """Load a checkpoint written by :func:`save_checkpoint` or :func:`run_chunked`.
+
+    :param path: the checkpoint file.
+    :param mcmc: optional ``MCMC`` to continue: the checkpoint's fingerprint must match its
+        kernel and settings (raises :class:`CheckpointError` listing the differences), and its
+        ``post_warmup_state`` is set, so that ``mcmc.run(ckpt.state.rng_key, ...)`` continues.
+    :param model_args: the model's arguments; when given with ``mcmc``, their digest is checked too.
+    :param model_kwargs: its keyword arguments (checked together with ``model_args``).
+    :return: a :class:`Checkpoint`.
+    :raises CheckpointError: truncated or damaged file, another format version, another run.
+    """
+    payload, meta = _read(path)
+    ckpt = Checkpoint(state=payload["state"], step=meta.get("step"), num_draws=int(meta.get("num_draws", 0)),
+                      fingerprint=meta.get("fingerprint", {}), metadata=dict(meta.get("metadata", {}),
+                                                                              versions=meta.get("versions"),
+                                                                              time=meta.get("time")),
+                      extra={k: v for k, v in payload.items() if k != "state"})
+    if mcmc is not None:
+        now = run_fingerprint(mcmc, model_args or (), model_kwargs)
+        unknown = (model_args is None and model_kwargs is None) or ckpt.fingerprint.get("data") is None
+        ignore = ("data",) if unknown else ()
+        saved = {k: v for k, v in ckpt.fingerprint.items() if k in now}
+        check_fingerprint(saved, now, path, ignore=ignore)
+        if ckpt.metadata.get("kind") == "chunked" and ckpt.step is not None and ckpt.step < mcmc.num_warmup:
+            raise CheckpointError(
+                f"{path} was saved by run_chunked in the middle of warmup (step {ckpt.step} of {mcmc.num_warmup}); "
+                "MCMC.run would sample from it without finishing warmup. Resume it with run_chunked."
+            )
+        mcmc.post_warmup_state = ckpt.state
+    return ckpt

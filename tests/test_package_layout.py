@@ -1,0 +1,77 @@
+"""The package's layering (docs/architecture.md): imports run one way, the public API is one __all__."""
+
+import ast
+from pathlib import Path
+
+import numpyro_mile
+
+PACKAGE = Path(numpyro_mile.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _imports(modules: dict[str, Path]) -> tuple[dict[str, set[str]], list[tuple[str, str, int]]]:
+    """``{module: package modules it imports}`` and the imports made inside functions or classes."""
+    graph, nested = {}, []
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        tree = ast.parse(path.read_text())
+        top_level = {id(node) for node in tree.body}
+        deps = set()
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom) and node.level):
+                continue
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            target = ".".join(base + ([node.module] if node.module else []))
+            targets = [target] if node.module else []
+            targets += [f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in modules]
+            for t in targets:
+                if t in modules and t != name:
+                    deps.add(t)
+                    if id(node) not in top_level:
+                        nested.append((name, t, node.lineno))
+        graph[name] = deps
+    return graph, nested
+
+
+def test_imports_run_one_way():
+    graph, nested = _imports(_modules())
+    # nothing imports the package root (e.g. for __version__: numpyro_mile._version)
+    assert [name for name, deps in graph.items() if "numpyro_mile" in deps and name != "numpyro_mile"] == []
+    # no import inside a function working around the layering
+    assert nested == []
+    # no cycle
+    state: dict[str, int] = {}
+
+    def visit(name, stack):
+        state[name] = 1
+        for dep in graph[name]:
+            if dep == "numpyro_mile":
+                continue
+            assert state.get(dep) != 1, f"import cycle: {' -> '.join(stack[stack.index(dep):] + [dep])}"
+            if dep not in state:
+                visit(dep, stack + [dep])
+        state[name] = 2
+
+    for name in graph:
+        if name not in state:
+            visit(name, [name])
+
+
+def test_public_api_is_one_all():
+    for name in numpyro_mile.__all__:
+        assert hasattr(numpyro_mile, name), name
+    assert len(set(numpyro_mile.__all__)) == len(numpyro_mile.__all__)
+    for name in ("MILE", "SGLD", "ICSGLD", "deep_ensemble", "bde", "predict", "log_likelihood", "to_inference_data",
+                 "importance_weights", "run_chunked", "save_checkpoint", "load_checkpoint", "run_distributed",
+                 "enable_compilation_cache", "__version__"):
+        assert name in numpyro_mile.__all__, name
+    assert numpyro_mile.__version__ != "unknown"  # read from the installed package's metadata
