@@ -91,3 +91,18 @@ def test_label_and_subsample_errors():
         numpyro.handlers.seed(mlp_regression, 0)(np.zeros((3, 2)), np.zeros(3), subsample_size=10)
     with pytest.raises(ValueError, match="prior_mean lacks"):
         numpyro.handlers.seed(mlp_regression, 0)(np.zeros((3, 2)), np.zeros(3), prior_mean={"w0": 0})
+
+
+def test_model_modules_share_helpers_only_through_private_modules():
+    """mlp, cnn and attention import shared pieces from _layers / _likelihood, never from each other."""
+    import ast
+    from pathlib import Path
+
+    import numpyro_mile.models as models
+
+    folder = Path(models.__file__).parent
+    for name in ("mlp", "cnn", "attention"):
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        relative = {(node.level, node.module) for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.level}
+        assert relative <= {(1, "_layers"), (1, "_likelihood"), (2, "_validation")}, (name, relative)

@@ -35,10 +35,9 @@ from typing import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
-import numpyro
 
-from .cnn import categorical_likelihood, check_labels, check_sequence_inputs, positive_int
-from .mlp import _sample_weights
+from ._layers import check_sequence_inputs, positive_int, sample_weights
+from ._likelihood import categorical_likelihood, check_labels
 
 __all__ = ["attention", "attention_apply", "attention_shapes"]
 
@@ -167,8 +166,6 @@ def attention(
         raise ValueError(f"d_model={d_model} must be a multiple of num_heads={num_heads}.")
     shapes = attention_shapes(jnp.shape(X)[1:], num_classes, d_model=d_model, mlp_hidden=mlp_hidden,
                               patch_size=patch_size)
-    params = _sample_weights(shapes, prior_scale, prior_mean)
-    if record_outputs is None:
-        record_outputs = y is None
+    params = sample_weights(shapes, prior_scale, prior_mean)
     categorical_likelihood(lambda x: attention_apply(params, x, num_heads=num_heads, activation=activation),
                            X, y, subsample_size, record_outputs)

@@ -34,29 +34,20 @@ from typing import Callable, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
-import numpyro.distributions as dist
 
-from .._validation import check_xy, is_concrete
-from .mlp import _sample_weights, layer_shapes, mlp_apply
+from ._layers import (
+    check_sequence_inputs,
+    dense_apply,
+    dense_shapes,
+    positive_int,
+    positive_ints,
+    sample_weights,
+)
+from ._likelihood import categorical_likelihood, check_labels
 
 __all__ = ["cnn", "cnn_apply", "cnn_shapes"]
 
 _DIMENSION_NUMBERS = {1: ("NWC", "WIO", "NWC"), 2: ("NHWC", "HWIO", "NHWC")}
-
-
-def positive_int(value, name: str) -> int:
-    """``value`` as an ``int``; ``ValueError`` unless it is a positive integer."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)
-
-
-def positive_ints(values, name: str) -> tuple[int, ...]:
-    """``values`` as a tuple of ``int``; ``ValueError`` unless every entry is a positive integer."""
-    if isinstance(values, (int, np.integer)):
-        raise ValueError(f"{name} must be a sequence of positive integers, e.g. ({values},), got {values!r}.")
-    return tuple(positive_int(v, name) for v in values)
 
 
 def cnn_shapes(
@@ -96,7 +87,7 @@ def cnn_shapes(
                 "use fewer channels entries or a smaller pool."
             )
         c_in = int(c_out)
-    shapes.update(layer_shapes(int(np.prod(spatial)) * c_in, tuple(hidden), num_classes))
+    shapes.update(dense_shapes((int(np.prod(spatial)) * c_in, *hidden, num_classes)))
     return shapes
 
 
@@ -162,51 +153,7 @@ def cnn_apply(params: Mapping[str, jax.Array], X: jax.Array, *, pool: int = 2,
         h = (_conv_as_matmul if use_matmul else _conv)(h, w)
         h = _max_pool(activation(h + params[f"cb{k}"]), pool)
     h = h.reshape(h.shape[0], -1)
-    return mlp_apply({k: v for k, v in params.items() if not k.startswith("c")}, h, activation)
-
-
-def check_labels(y, num_classes: int) -> None:
-    """Raise ``ValueError`` unless concrete labels ``y`` are integers in ``[0, num_classes)``."""
-    if num_classes < 2:
-        raise ValueError(f"num_classes must be at least 2, got {num_classes}.")
-    if y is None or not is_concrete(y):
-        return
-    labels = np.asarray(y)
-    if labels.dtype.kind == "f" and not np.all(labels == np.round(labels)):
-        raise ValueError("y must hold integer class labels, got non-integer values.")
-    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-        raise ValueError(
-            f"labels must lie in [0, {num_classes}), got values from {labels.min()} to {labels.max()}. "
-            "Encode classes as 0..num_classes-1 (e.g. with np.unique(y, return_inverse=True))."
-        )
-
-
-def check_sequence_inputs(X, y, subsample_size, *, ranks: tuple[int, ...], what: str) -> None:
-    """Rank, length, finiteness and ``subsample_size`` checks shared by :func:`cnn` and ``attention``."""
-    if is_concrete(X) and np.ndim(X) not in ranks:
-        raise ValueError(f"X must have {what}, got shape {tuple(np.shape(X))}. "
-                         "Add a channel axis with X[..., None].")
-    check_xy(X, y, x_ndim=None)
-    if subsample_size is not None and is_concrete(X):
-        n = np.shape(X)[0]
-        if not 0 < subsample_size <= n:
-            raise ValueError(f"subsample_size={subsample_size} must be between 1 and the number of rows ({n}).")
-
-
-def categorical_likelihood(forward: Callable, X, y, subsample_size: int | None, record_outputs: bool) -> None:
-    """Observe ``y ~ Categorical(logits=forward(X_batch))`` inside the ``"data"`` plate.
-
-    ``forward`` maps a batch of inputs (leading axis = rows) to logits ``(rows, C)``.
-    """
-    n = jnp.shape(X)[0]
-    event_dim = jnp.ndim(X) - 1
-    with numpyro.plate("data", n, subsample_size=subsample_size):
-        X_batch = numpyro.subsample(X, event_dim=event_dim)
-        y_batch = None if y is None else numpyro.subsample(jnp.asarray(y).astype(jnp.int32), event_dim=0)
-        logits = forward(X_batch)
-        if record_outputs:
-            numpyro.deterministic("logits", logits)
-        numpyro.sample("y", dist.Categorical(logits=logits), obs=y_batch)
+    return dense_apply({k: v for k, v in params.items() if not k.startswith("c")}, h, activation)
 
 
 def cnn(
@@ -275,8 +222,6 @@ def cnn(
     channels, hidden = positive_ints(channels, "channels"), positive_ints(hidden, "hidden")
     shapes = cnn_shapes(jnp.shape(X)[1:], num_classes, channels=channels, kernel_size=kernel_size, pool=pool,
                         hidden=hidden)
-    params = _sample_weights(shapes, prior_scale, prior_mean)
-    if record_outputs is None:
-        record_outputs = y is None
+    params = sample_weights(shapes, prior_scale, prior_mean)
     categorical_likelihood(lambda x: cnn_apply(params, x, pool=pool, activation=activation, conv_impl=conv_impl),
                            X, y, subsample_size, record_outputs)

@@ -25,62 +25,48 @@ from typing import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from .._validation import check_xy, is_concrete
+from .._validation import check_xy
+from ._layers import check_subsample_size, dense_apply, dense_shapes, sample_weights
+from ._likelihood import categorical_likelihood, check_labels
 
 #: bounds of the predicted noise scale, as in the MILE reference
 SIGMA_MIN, SIGMA_MAX = 1e-6, 1e6
 
 
 def layer_shapes(num_features: int, hidden: Sequence[int], num_outputs: int) -> dict[str, tuple[int, ...]]:
-    """Shapes of the latent sites ``w0, b0, w1, b1, ...`` of an MLP, in order."""
-    widths = [num_features, *hidden, num_outputs]
-    shapes: dict[str, tuple[int, ...]] = {}
-    for k, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:])):
-        shapes[f"w{k}"] = (n_in, n_out)
-        shapes[f"b{k}"] = (n_out,)
-    return shapes
+    """Shapes of the latent sites ``w0, b0, w1, b1, ...`` of an MLP, in order.
+
+    :param num_features: input features ``F``.
+    :param hidden: widths of the hidden layers.
+    :param num_outputs: outputs ``O`` of the last layer.
+    :return: dict site -> shape: ``w{k}`` ``(n_in, n_out)`` and ``b{k}`` ``(n_out,)`` for every layer.
+
+    **Example**
+
+    >>> from numpyro_mile.models import layer_shapes
+    >>> layer_shapes(3, (16,), 2)
+    {'w0': (3, 16), 'b0': (16,), 'w1': (16, 2), 'b1': (2,)}
+    """
+    return dense_shapes((num_features, *hidden, num_outputs))
 
 
 def mlp_apply(params: Mapping[str, jax.Array], X: jax.Array, activation: Callable = jax.nn.relu) -> jax.Array:
-    """Forward pass of the MLP with weights ``params`` (``w0, b0, ...``) on inputs ``X`` (N, F) -> (N, O)."""
-    num_layers = len([k for k in params if k.startswith("w")])
-    h = X
-    for k in range(num_layers):
-        h = h @ params[f"w{k}"] + params[f"b{k}"]
-        if k < num_layers - 1:
-            h = activation(h)
-    return h
+    """Forward pass of the MLP with weights ``params`` (``w0, b0, ...``) on inputs ``X`` (N, F) -> (N, O).
 
-
-def _sample_weights(shapes, prior_scale: float, prior_mean: Mapping | None) -> dict[str, jax.Array]:
-    if prior_mean is not None:
-        missing = set(shapes) - set(prior_mean)
-        if missing:
-            raise ValueError(
-                f"prior_mean lacks the sites {sorted(missing)}; give an array for every one of {list(shapes)} "
-                "(e.g. the constrained samples of a deep-ensemble member)."
-            )
-    params = {}
-    for name, shape in shapes.items():
-        loc = 0.0 if prior_mean is None else jnp.asarray(prior_mean[name])
-        if prior_mean is not None and jnp.shape(loc) != shape:
-            raise ValueError(f"prior_mean[{name!r}] has shape {jnp.shape(loc)}, expected {shape}.")
-        params[name] = numpyro.sample(name, dist.Normal(loc, prior_scale).expand(shape).to_event(len(shape)))
-    return params
+    :param params: dict site -> array with the shapes of :func:`layer_shapes`.
+    :param X: inputs, shape ``(N, F)``.
+    :param activation: hidden-layer non-linearity (not applied to the outputs).
+    :return: network outputs, shape ``(N, O)``.
+    """
+    return dense_apply(params, X, activation)
 
 
 def _check_inputs(X, y, subsample_size):
     check_xy(X, y, x_ndim=2)
-    if subsample_size is not None and is_concrete(X):
-        n = np.shape(X)[0]
-        if not 0 < subsample_size <= n:
-            raise ValueError(
-                f"subsample_size={subsample_size} must be between 1 and the number of rows ({n})."
-            )
+    check_subsample_size(X, subsample_size)
 
 
 def mlp_regression(
@@ -125,7 +111,7 @@ def mlp_regression(
     """
     _check_inputs(X, y, subsample_size)
     n, num_features = jnp.shape(X)
-    params = _sample_weights(layer_shapes(num_features, hidden, 2), prior_scale, prior_mean)
+    params = sample_weights(layer_shapes(num_features, hidden, 2), prior_scale, prior_mean)
     if record_outputs is None:
         record_outputs = y is None
     with numpyro.plate("data", n, subsample_size=subsample_size):
@@ -163,25 +149,7 @@ def mlp_classification(
     Other parameters as in :func:`mlp_regression`.
     """
     _check_inputs(X, y, subsample_size)
-    if num_classes < 2:
-        raise ValueError(f"num_classes must be at least 2, got {num_classes}.")
-    if y is not None and is_concrete(y):
-        labels = np.asarray(y)
-        if labels.dtype.kind == "f" and not np.all(labels == np.round(labels)):
-            raise ValueError("y must hold integer class labels, got non-integer values.")
-        if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-            raise ValueError(
-                f"labels must lie in [0, {num_classes}), got values from {labels.min()} to {labels.max()}. "
-                "Encode classes as 0..num_classes-1 (e.g. with np.unique(y, return_inverse=True))."
-            )
-    n, num_features = jnp.shape(X)
-    params = _sample_weights(layer_shapes(num_features, hidden, num_classes), prior_scale, prior_mean)
-    if record_outputs is None:
-        record_outputs = y is None
-    with numpyro.plate("data", n, subsample_size=subsample_size):
-        X_batch = numpyro.subsample(X, event_dim=1)
-        y_batch = None if y is None else numpyro.subsample(jnp.asarray(y).astype(jnp.int32), event_dim=0)
-        logits = mlp_apply(params, X_batch, activation)
-        if record_outputs:
-            numpyro.deterministic("logits", logits)
-        numpyro.sample("y", dist.Categorical(logits=logits), obs=y_batch)
+    check_labels(y, num_classes)
+    _, num_features = jnp.shape(X)
+    params = sample_weights(layer_shapes(num_features, hidden, num_classes), prior_scale, prior_mean)
+    categorical_likelihood(lambda x: mlp_apply(params, x, activation), X, y, subsample_size, record_outputs)
