@@ -28,37 +28,29 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import csv
-import os
-import platform
-import time
 from datetime import date
 from pathlib import Path
-
-from _machine import cpu_model  # benchmarks/ is on sys.path when a script runs
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 import optax
 from numpyro.infer import MCMC
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import (ROOT, add_common_options, argument_parser, data_dir, finished, load_average, machine_summary,
+                     markdown_table, pyplot, read_csv, timed, write_csv)
+
 OUT = ROOT / "docs" / "benchmarks" / "calibration"
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "uci"
 BATCH = 64
 NUM_BINS = 15
 METHODS = ("MAP", "VI", "MC-dropout", "Laplace", "DE", "SGLD", "ICSGLD", "MILE")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argument_parser(__doc__)
     p.add_argument("--datasets", nargs="+", default=["digits", "ionosphere"],
                    choices=["digits", "ionosphere", "mnist1d"])
-    p.add_argument("--data", default=os.environ.get("NUMPYRO_MILE_DATA") or str(DEFAULT_DATA),
-                   help="folder with ionosphere.data")
+    add_common_options(p, data="ionosphere.data")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split and of every method")
     p.add_argument("--hidden", type=int, nargs="+", default=[16, 16])
     p.add_argument("--steps", type=int, default=4000, help="optimiser steps of MAP, VI and MC-dropout")
@@ -71,44 +63,24 @@ def parse_args(argv=None):
     p.add_argument("--mile-warmup", type=int, default=4000)
     p.add_argument("--mile-samples", type=int, default=1000)
     p.add_argument("--thinning", type=int, default=10, help="thinning of MILE; SGLD uses samples / 100")
-    p.add_argument("--out", default=str(OUT))
-    p.add_argument("--no-write", action="store_true")
-    p.add_argument("--render-only", action="store_true",
-                   help="rewrite results.md from an existing results.csv (same settings), running nothing")
+    add_common_options(p, out_dir=OUT, no_write="run and return the rows, write no files",
+                       render_only="rewrite results.md from an existing results.csv (same settings), running nothing")
     return p.parse_args(argv)
 
 
 def read_rows(path: Path) -> list[dict]:
-    rows = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            rows.append({k: (v if k in ("dataset", "method", "budget") else float(v)) for k, v in r.items()})
-    return rows
+    return [{k: (v if k in ("dataset", "method", "budget") else float(v)) for k, v in r.items()}
+            for r in read_csv(path)]
 
 
-def machine_info() -> str:
-    cpu = cpu_model()
-    device = jax.devices()[0]
-    return (f"{cpu}, {os.cpu_count()} cores; JAX backend {jax.default_backend()} ({device.device_kind}); "
-            f"Python {platform.python_version()}, jax {jax.__version__}, numpyro {numpyro.__version__}")
-
-
-def load(name: str, seed: int, data_dir: str):
+def load(name: str, seed: int, folder):
     from numpyro_mile import datasets
 
     if name == "digits":
         return datasets.digits(seed=seed)
     if name == "ionosphere":
-        return datasets.ionosphere(seed=seed, data_dir=data_dir)
+        return datasets.ionosphere(seed=seed, data_dir=folder)
     return datasets.mnist1d(seed=seed)
-
-
-def timed(fn):
-    """``(result, wall seconds, CPU seconds)`` of ``fn()``, waiting for JAX to finish."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    out = fn()
-    jax.block_until_ready(jax.tree.leaves(out.get_samples() if isinstance(out, MCMC) else out))
-    return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
 def sample_probs(model, samples: dict, X, **kwargs) -> np.ndarray:
@@ -148,7 +120,7 @@ def run_dataset(name: str, args) -> tuple[list[dict], dict, dict, np.ndarray]:
     from numpyro_mile.minibatch import MinibatchModel
     from numpyro_mile.models import mlp_classification as model
 
-    (X, y), (X_val, y_val), (X_test, y_test) = load(name, args.seed, args.data)
+    (X, y), (X_val, y_val), (X_test, y_test) = load(name, args.seed, data_dir(args.data))
     n = X.shape[0]
     kwargs = dict(num_classes=NUM_CLASSES[name], hidden=tuple(args.hidden), prior_scale=1.0)
     mb = dict(kwargs, subsample_size=min(BATCH, n))
@@ -156,25 +128,25 @@ def run_dataset(name: str, args) -> tuple[list[dict], dict, dict, np.ndarray]:
     opt = optax.adam(1e-3)
     K = args.chains
     runs = {}  # method -> (samples, weights, seconds, cpu seconds, budget)
-    load_before = os.getloadavg()[0]
+    load_before = load_average()
     print(f"[{name}] N={n}, val={X_val.shape[0]}, test={X_test.shape[0]}, features={X.shape[1]}", flush=True)
 
-    post, s, c = timed(lambda: approx.fit_map(model, key, X, y, optimizer=opt, num_steps=args.steps, **mb))
+    post, (s, c) = timed(lambda: approx.fit_map(model, key, X, y, optimizer=opt, num_steps=args.steps, **mb))
     runs["MAP"] = (post.sample(key, 0), None, s, c, f"{args.steps} Adam steps")
     map_post = post
-    q, s, c = timed(lambda: approx.fit_vi(model, key, X, y, optimizer=opt, num_steps=args.steps, **mb))
+    q, (s, c) = timed(lambda: approx.fit_vi(model, key, X, y, optimizer=opt, num_steps=args.steps, **mb))
     runs["VI"] = (q.sample(jax.random.fold_in(key, 1), args.nst), None, s, c, f"{args.steps} SVI steps, nst={args.nst}")
-    q, s, c = timed(lambda: approx.fit_mc_dropout(model, key, X, y, drop_prob=args.drop_prob, optimizer=opt,
-                                                  num_steps=args.steps, **mb))
+    q, (s, c) = timed(lambda: approx.fit_mc_dropout(model, key, X, y, drop_prob=args.drop_prob, optimizer=opt,
+                                                    num_steps=args.steps, **mb))
     runs["MC-dropout"] = (q.sample(jax.random.fold_in(key, 2), args.nst), None, s, c,
                           f"{args.steps} steps, p={args.drop_prob}, nst={args.nst}")
-    q, s, c = timed(lambda: approx.fit_laplace(model, key, X, y, map_params=map_post.loc, **kwargs))
+    q, (s, c) = timed(lambda: approx.fit_laplace(model, key, X, y, map_params=map_post.loc, **kwargs))
     runs["Laplace"] = (q.sample(jax.random.fold_in(key, 3), args.nst), None, runs["MAP"][2] + s,
                        runs["MAP"][3] + c, f"MAP + Fisher over {n} rows, nst={args.nst}")
     print(f"[{name}] approx done", flush=True)
 
-    de, s, c = timed(lambda: deep_ensemble(model, jax.random.fold_in(key, 4), K, X, y, validation=(X_val, y_val),
-                                           progress_bar=False, **kwargs))
+    de, (s, c) = timed(lambda: deep_ensemble(model, jax.random.fold_in(key, 4), K, X, y, validation=(X_val, y_val),
+                                             progress_bar=False, **kwargs))
     runs["DE"] = (de.samples, None, s, c, f"K={K}, {int(np.max(de.num_epochs))} epochs max")
 
     eps = args.sgld_step / n
@@ -184,9 +156,9 @@ def run_dataset(name: str, args) -> tuple[list[dict], dict, dict, np.ndarray]:
         mcmc = MCMC(SGLD(model, eps), num_warmup=args.sgld_warmup, num_samples=args.sgld_samples,
                     num_chains=K, thinning=sg_thin, chain_method="vectorized", progress_bar=False)
         mcmc.run(jax.random.fold_in(key, 5), X, y, init_params=de.init_params, **mb)
-        return mcmc
+        return finished(mcmc)
 
-    mcmc, s, c = timed(sgld)
+    mcmc, (s, c) = timed(sgld)
     runs["SGLD"] = (mcmc.get_samples(), None, s, c,
                     f"eps={eps:.2g}, {args.sgld_warmup}+{args.sgld_samples} steps x {K} chains, thin {sg_thin}")
 
@@ -200,9 +172,9 @@ def run_dataset(name: str, args) -> tuple[list[dict], dict, dict, np.ndarray]:
         mcmc = MCMC(kernel, num_warmup=args.sgld_warmup, num_samples=args.sgld_samples, num_chains=K,
                     thinning=sg_thin, chain_method="vectorized", progress_bar=False)
         mcmc.run(jax.random.fold_in(key, 6), X, y, init_params=de.init_params, **mb)
-        return mcmc
+        return finished(mcmc)
 
-    mcmc, s, c = timed(icsgld)
+    mcmc, (s, c) = timed(icsgld)
     runs["ICSGLD"] = (mcmc.get_samples(), importance_weights(mcmc), s, c,
                       f"as SGLD, zeta=1, {bins} bins of {width:.3g} from {low:.4g}")
 
@@ -210,9 +182,9 @@ def run_dataset(name: str, args) -> tuple[list[dict], dict, dict, np.ndarray]:
         mcmc = MCMC(MILE(model), num_warmup=args.mile_warmup, num_samples=args.mile_samples, num_chains=K,
                     thinning=args.thinning, chain_method="vectorized", progress_bar=False)
         mcmc.run(jax.random.fold_in(key, 7), X, y, init_params=de.init_params, **kwargs)
-        return mcmc
+        return finished(mcmc)
 
-    mcmc, s, c = timed(mile)
+    mcmc, (s, c) = timed(mile)
     runs["MILE"] = (mcmc.get_samples(), None, s, c,
                     f"{args.mile_warmup}+{args.mile_samples} steps x {K} chains, thin {args.thinning}")
     print(f"[{name}] samplers done", flush=True)
@@ -263,13 +235,13 @@ def markdown(all_rows: list[dict], args, machine: str) -> str:
         "",
     ]
     for name in dict.fromkeys(r["dataset"] for r in all_rows):
-        lines += [f"## {name}", "",
-                  "| method | accuracy | NLL | ECE | MCE | T | NLL (TS) | ECE (TS) | MCE (TS) | time s (CPU s) | budget |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for r in (r for r in all_rows if r["dataset"] == name):
-            lines.append(f"| {r['method']} | {r['accuracy']:.3f} | {r['nll']:.3f} | {r['ece']:.3f} | {r['mce']:.3f} | "
-                         f"{r['temperature']:.2f} | {r['nll_ts']:.3f} | {r['ece_ts']:.3f} | {r['mce_ts']:.3f} | "
-                         f"{r['seconds']:.1f} ({r['cpu_seconds']:.1f}) | {r['budget']} |")
+        rows = [[r["method"], f"{r['accuracy']:.3f}", f"{r['nll']:.3f}", f"{r['ece']:.3f}", f"{r['mce']:.3f}",
+                 f"{r['temperature']:.2f}", f"{r['nll_ts']:.3f}", f"{r['ece_ts']:.3f}", f"{r['mce_ts']:.3f}",
+                 f"{r['seconds']:.1f} ({r['cpu_seconds']:.1f})", r["budget"]]
+                for r in all_rows if r["dataset"] == name]
+        lines += [f"## {name}", ""] + markdown_table(
+            ["method", "accuracy", "NLL", "ECE", "MCE", "T", "NLL (TS)", "ECE (TS)", "MCE (TS)", "time s (CPU s)",
+             "budget"], rows, "lrrrrrrrrrl", compact=True)
         lines += ["", f"Reliability diagrams, before (`reliability_{name}.png`) and after temperature scaling "
                   f"(`reliability_{name}_ts.png`):", "",
                   f"![{name}](reliability_{name}.png)", "", f"![{name} TS](reliability_{name}_ts.png)", ""]
@@ -291,13 +263,11 @@ def markdown(all_rows: list[dict], args, machine: str) -> str:
 
 def main(argv=None):
     args = parse_args(argv)
-    import matplotlib
-
-    matplotlib.use("Agg")
+    plt = pyplot()
     from numpyro_mile.plots import reliability_grid
 
     out = Path(args.out)
-    machine = machine_info()
+    machine = machine_summary()
     if args.render_only:
         (out / "results.md").write_text(markdown(read_rows(out / "results.csv"), args, machine))
         return None
@@ -313,16 +283,10 @@ def main(argv=None):
                 fig.suptitle(f"{name}: {'after temperature scaling' if suffix else 'before temperature scaling'}")
                 fig.tight_layout()
                 fig.savefig(out / f"reliability_{name}{suffix}.png", dpi=90)
-                import matplotlib.pyplot as plt
-
                 plt.close(fig)
     if args.no_write:
         return all_rows
-    with open(out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for r in all_rows:
-            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    write_csv(out / "results.csv", all_rows, COLUMNS, float_format=".6g")
     (out / "results.md").write_text(markdown(all_rows, args, machine))
     print(f"wrote {out}", flush=True)
     return all_rows

@@ -26,33 +26,26 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import csv
-import os
-import platform
 import sys
-import time
 from pathlib import Path
-
-from _machine import cpu_model  # benchmarks/ is on sys.path when a script runs
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 from numpyro.infer import MCMC, NUTS
 from numpyro.infer.util import potential_energy
 
 import numpyro_mile
 from numpyro_mile import ICSGLD, MILE, SGLD, deep_ensemble, importance_weights, metrics
 from numpyro_mile.datasets import digits, ionosphere, mnist1d
-from numpyro_mile.experiments import evaluate_classification
 from numpyro_mile.models import attention, cnn, mlp_classification
+from numpyro_mile.predictive import evaluate_classification
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import (ROOT, Stopwatch, add_common_options, argument_parser, command_line, data_dir, finished,
+                     load_average, load_span, machine_summary, markdown_table, pyplot, read_csv, write_csv)
+
 OUT = ROOT / "docs" / "benchmarks" / "classification"
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "uci"
 BATCH = 32
 PAPER = dict(mile=(50_000, 10_000, 100), bde=(1_000, 1_000))  # MILE (warmup, samples, thinning); NUTS per chain
 
@@ -97,23 +90,6 @@ PROFILES = {
 }
 
 
-def machine() -> str:
-    cpu = cpu_model()
-    return (f"{cpu}, {os.cpu_count()} cores, JAX backend {jax.default_backend()}; Python {platform.python_version()}, "
-            f"jax {jax.__version__}, numpyro {numpyro.__version__}")
-
-
-class Clock:
-    """Wall and CPU (process) seconds of a block."""
-
-    def __enter__(self):
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
-        return self
-
-    def __exit__(self, *exc):
-        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
-
-
 def weighted_metrics(task: Task, samples: dict, weights: np.ndarray, X, y) -> dict:
     """Classification metrics of the ``weights``-weighted posterior predictive (ICSGLD)."""
     latent = {k: v for k, v in samples.items() if k not in ("logits", "y")}
@@ -141,7 +117,7 @@ def run_task(task: Task, budget: dict, *, seed: int, chains: int, methods: set[s
         print(f"  {task.name:18s} {method:7s} acc {r['accuracy']:.3f} lppd {r['lppd']:.3f} "
               f"ece {r['ece']:.3f} sampler {r.get('sampler_s', 0):.1f}s", flush=True)
 
-    with Clock() as c:
+    with Stopwatch() as c:
         de = deep_ensemble(task.model, jax.random.PRNGKey(seed), chains, X, y, validation=tuple(val),
                            max_epochs=budget["de"], progress_bar=progress, **kw)
     d = num_params(de.samples)
@@ -155,9 +131,9 @@ def run_task(task: Task, budget: dict, *, seed: int, chains: int, methods: set[s
         w, s, thin = budget["mile"]
         mcmc = MCMC(MILE(task.model), num_warmup=w, num_samples=s, thinning=thin, num_chains=chains,
                     chain_method="vectorized", progress_bar=progress)
-        with Clock() as c:
+        with Stopwatch() as c:
             mcmc.run(jax.random.PRNGKey(seed + 1), X, y, init_params=de.init_params, extra_fields=("num_nans",), **kw)
-            jax.block_until_ready(mcmc.get_samples())
+            finished(mcmc)
         samples = mcmc.get_samples()
         nans = int(np.asarray(mcmc.get_extra_fields()["num_nans"]).max(initial=0))
         per_step = c.wall / (w + s)
@@ -172,10 +148,10 @@ def run_task(task: Task, budget: dict, *, seed: int, chains: int, methods: set[s
         w, s, thin = budget["sg"]
         mcmc = MCMC(SGLD(task.model, step_size=step_size), num_warmup=w, num_samples=s, thinning=thin,
                     num_chains=chains, chain_method="vectorized", progress_bar=progress)
-        with Clock() as c:
+        with Stopwatch() as c:
             mcmc.run(jax.random.PRNGKey(seed + 2), X, y, subsample_size=min(BATCH, n_train),
                      init_params=de.init_params, **kw)
-            jax.block_until_ready(mcmc.get_samples())
+            finished(mcmc)
         samples = mcmc.get_samples()
         row("SGLD", evaluate_classification(task.model, samples, X_test, y_test, **kw), fit_s=fit_s,
             sampler_s=c.wall, sampler_cpu_s=c.cpu, grad_evals=chains * (w + s + 1),
@@ -195,10 +171,10 @@ def run_task(task: Task, budget: dict, *, seed: int, chains: int, methods: set[s
                         min_energy=low, multiplier_clip=5.0)
         mcmc = MCMC(kernel, num_warmup=w, num_samples=s, thinning=thin, num_chains=chains,
                     chain_method="vectorized", progress_bar=progress)
-        with Clock() as c:
+        with Stopwatch() as c:
             mcmc.run(jax.random.PRNGKey(seed + 3), X, y, subsample_size=min(BATCH, n_train),
                      init_params=de.init_params, **kw)
-            jax.block_until_ready(mcmc.get_samples())
+            finished(mcmc)
         samples = mcmc.get_samples()
         try:
             weights = importance_weights(mcmc)
@@ -217,7 +193,7 @@ def run_task(task: Task, budget: dict, *, seed: int, chains: int, methods: set[s
         # one chain's gradient, compiled, timed: the unit of NUTS's cost
         grad = jax.jit(jax.value_and_grad(lambda z: potential_energy(task.model, (X, y), kw, z)))
         jax.block_until_ready(grad(member0))
-        with Clock() as g:
+        with Stopwatch() as g:
             for _ in range(10):
                 jax.block_until_ready(grad(member0))
         grad_s = g.wall / 10
@@ -225,9 +201,9 @@ def run_task(task: Task, budget: dict, *, seed: int, chains: int, methods: set[s
         if s > 0:  # a measured NUTS segment (BDE's settings: depth 10, target 0.8, diagonal mass) on member 0
             nuts = MCMC(NUTS(task.model, max_tree_depth=10, target_accept_prob=0.8), num_warmup=w, num_samples=s,
                         progress_bar=False)
-            with Clock() as c:
+            with Stopwatch() as c:
                 nuts.run(jax.random.PRNGKey(seed + 4), X, y, init_params=member0, extra_fields=("num_steps",), **kw)
-                jax.block_until_ready(nuts.get_samples())
+                finished(nuts)
             leapfrog = float(np.mean(nuts.get_extra_fields()["num_steps"]))
             seg_s, seg_cpu = c.wall, c.cpu
             note = (f"segment: 1 chain, {w}+{s} NUTS iterations in {c.wall:.0f} s (compilation included), "
@@ -239,19 +215,6 @@ def run_task(task: Task, budget: dict, *, seed: int, chains: int, methods: set[s
             s_per_step=grad_s * leapfrog, projected_paper_s=projected,
             note=f"{grad_s * 1e3:.1f} ms per one-chain gradient; " + note)
     return rows
-
-
-def write_csv(rows: list[dict], path: Path) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: (f"{r[k]:.6g}" if isinstance(r.get(k), float) else r.get(k, "")) for k in FIELDS})
-
-
-def read_csv(path: Path) -> list[dict]:
-    with path.open() as f:
-        return list(csv.DictReader(f))
 
 
 def fmt(value, spec=".3f"):
@@ -336,16 +299,15 @@ the prior, not from the sampler:
 
 
 def render(rows: list[dict], header: str, models: str = "", ablations: dict | None = None) -> str:
-    lines = [header, "",
-             "| task | model (d) | method | accuracy | LPPD | NLL | ECE | MCE | sampler s (CPU s) | grad evals | "
-             "kept samples | budget | s/step | paper budget, projected | note |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
-    for r in rows:
-        lines.append(
-            f"| {r['task']} | {r['model']} ({r['params']}) | {r['method']} | {fmt(r['accuracy'])} | {fmt(r['lppd'])} | "
-            f"{fmt(r['nll'])} | {fmt(r['ece'])} | {fmt(r['mce'])} | {fmt(r['sampler_s'], '.1f')} "
-            f"({fmt(r['sampler_cpu_s'], '.1f')}) | {int(float(r['grad_evals'] or 0)):,} | {r['kept_samples']} | "
-            f"{r['budget']} | {fmt(r['s_per_step'], '.3g')} | {hours(r['projected_paper_s'])} | {r['note']} |")
+    cells = [[r["task"], f"{r['model']} ({r['params']})", r["method"], fmt(r["accuracy"]), fmt(r["lppd"]),
+              fmt(r["nll"]), fmt(r["ece"]), fmt(r["mce"]),
+              f"{fmt(r['sampler_s'], '.1f')} ({fmt(r['sampler_cpu_s'], '.1f')})",
+              f"{int(float(r['grad_evals'] or 0)):,}", r["kept_samples"], r["budget"], fmt(r["s_per_step"], ".3g"),
+              hours(r["projected_paper_s"]), r["note"]] for r in rows]
+    lines = [header, ""] + markdown_table(
+        ["task", "model (d)", "method", "accuracy", "LPPD", "NLL", "ECE", "MCE", "sampler s (CPU s)", "grad evals",
+         "kept samples", "budget", "s/step", "paper budget, projected", "note"], cells, "lllrrrrrrrrlrrl",
+        compact=True)
     lines += ["", "MILE vs DE on each task (the issue's criterion: MILE's accuracy and LPPD at least the DE's):", ""]
     lines += verdicts(rows)
     if ablations:
@@ -357,10 +319,7 @@ def render(rows: list[dict], header: str, models: str = "", ablations: dict | No
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     task_names = list(dict.fromkeys(r["task"] for r in rows))
     methods = [m for m in ["DE", "MILE", "SGLD", "ICSGLD"] if any(r["method"] == m for r in rows)]
@@ -382,19 +341,18 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argument_parser(__doc__)
     p.add_argument("--tasks", nargs="+", default=["ionosphere", "digits", "mnist1d-cnn", "mnist1d-attention"])
     p.add_argument("--methods", nargs="+", default=["mile", "sgld", "icsgld", "bde"])
     p.add_argument("--profile", choices=sorted(PROFILES), default="quick")
     p.add_argument("--chains", type=int, default=10)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--data", default=os.environ.get("NUMPYRO_MILE_DATA") or str(DEFAULT_DATA))
-    p.add_argument("--out", default=str(OUT))
+    add_common_options(p, data="ionosphere.data", out_dir=OUT)
     p.add_argument("--prior-scale", type=float, default=None,
                    help="override every model's prior standard deviation (default: the paper's per model)")
     p.add_argument("--progress", action="store_true")
-    p.add_argument("--render-only", action="store_true",
-                   help="re-render results.md and the plot from the existing results.csv (keeps the run's header)")
+    add_common_options(p, render_only="re-render results.md and the plot from the existing results.csv (keeps the "
+                                      "run's header)")
     return p.parse_args(argv)
 
 
@@ -402,7 +360,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    all_tasks = tasks(args.data)
+    all_tasks = tasks(data_dir(args.data))
     if args.prior_scale is not None:
         all_tasks = {k: t._replace(kwargs={**t.kwargs, "prior_scale": args.prior_scale}) for k, t in all_tasks.items()}
     unknown = set(args.tasks) - set(all_tasks)
@@ -419,22 +377,22 @@ def main(argv=None) -> int:
         (out / "results.md").write_text(render(rows, previous, models, ablations))
         plot(rows, out / "accuracy_lppd.png")
         return 0
-    load_start, wall_start, cpu_start = os.getloadavg()[0], time.perf_counter(), time.process_time()
+    load_start = load_average()
     rows = []
-    for name in args.tasks:
-        print(f"{name}:", flush=True)
-        rows += run_task(all_tasks[name], PROFILES[args.profile][name], seed=args.seed, chains=args.chains,
-                         methods=set(args.methods), progress=args.progress)
-        write_csv(rows, out / "results.csv")
-    total_wall, total_cpu = time.perf_counter() - wall_start, time.process_time() - cpu_start
+    with Stopwatch() as whole:
+        for name in args.tasks:
+            print(f"{name}:", flush=True)
+            rows += run_task(all_tasks[name], PROFILES[args.profile][name], seed=args.seed, chains=args.chains,
+                             methods=set(args.methods), progress=args.progress)
+            write_csv(out / "results.csv", rows, FIELDS, float_format=".6g")
     rows = read_csv(out / "results.csv")
-    cmd = " ".join(["python benchmarks/classification.py", *(argv if argv is not None else sys.argv[1:])])
     header = "\n".join([
         "# Classification: MILE vs DE, SGLD, ICSGLD and BDE on MLP, CNN and attention BNNs", "",
-        f"Generated by `{cmd.strip()}` (profile `{args.profile}`, seed {args.seed}, K = {args.chains} chains).", "",
-        f"Machine: {machine()}. Load average (1 min) {load_start:.1f} at the start and {os.getloadavg()[0]:.1f} at the "
-        f"end: the 2 cores were shared with other jobs, so wall times are inflated; CPU seconds (this process) are "
-        f"given beside them. Whole script: {total_wall / 60:.1f} min wall, {total_cpu / 60:.1f} min CPU.",
+        f"Generated by `{command_line(__file__, argv)}` (profile `{args.profile}`, seed {args.seed}, "
+        f"K = {args.chains} chains).", "",
+        f"Machine: {machine_summary()}. {load_span(load_start, load_average())}: the 2 cores were shared with other "
+        f"jobs, so wall times are inflated; CPU seconds (this process) are given beside them. Whole script: "
+        f"{whole.wall / 60:.1f} min wall, {whole.cpu / 60:.1f} min CPU.",
     ])
     (out / "results.md").write_text(render(rows, header, models))
     plot(rows, out / "accuracy_lppd.png")

@@ -30,43 +30,36 @@ import time
 from datetime import date
 from pathlib import Path
 
-from _machine import cpu_model  # benchmarks/ is on sys.path when a script runs
+from _common import (ROOT, Stopwatch, add_common_options, argument_parser, command_line, compile_ahead, data_dir,
+                     fastest, load_average, load_span, machine_summary, markdown_table)
 
-ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "benchmarks" / "devices.md"
 RAW = REPORT.with_suffix(".json")
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "uci"
 HIDDEN = (16, 16)
 BATCH = 32
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argument_parser(__doc__)
     p.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--chains", type=int, default=8)
     p.add_argument("--mile-steps", type=int, default=300, help="MILE steps per timed loop")
     p.add_argument("--sgld-steps", type=int, default=3000, help="SGLD / ICSGLD steps per timed loop")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--data", default=os.environ.get("NUMPYRO_MILE_DATA") or str(DEFAULT_DATA))
-    p.add_argument("--no-write", action="store_true")
+    add_common_options(p, data="airfoil.data", no_write="print the report, write no files")
     p.add_argument("--from-json", default=None, help="rewrite the report from a saved devices.json, run nothing")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
-def machine() -> str:
-    cpu = cpu_model()
-    return f"{cpu}, {os.cpu_count()} logical cores ({len(os.sched_getaffinity(0))} usable)"
-
-
 # ---------------------------------------------------------------------------------------------- worker
-def load_data(data_dir):
+def load_data(folder):
     import jax.numpy as jnp
 
     from numpyro_mile.datasets import load_uci, split, standardize, toy_regression
 
     try:
-        X, y = load_uci("airfoil", data_dir=data_dir)
+        X, y = load_uci("airfoil", data_dir=folder)
     except (FileNotFoundError, ValueError):
         X, y = toy_regression(1052, seed=1)
         return jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32), "generated 1-d regression, N = 1052"
@@ -86,15 +79,9 @@ def timed_loop(kernel, state, steps: int, model_args, model_kwargs, repeats: int
     def loop(s):
         return jax.lax.fori_loop(0, steps, lambda i, s: kernel.sample(s, model_args, model_kwargs), s)
 
-    start = time.perf_counter()
-    compiled = jax.jit(loop).lower(state).compile()
-    compile_s = time.perf_counter() - start
-    best = (float("inf"), 0.0)
-    for _ in range(repeats):
-        wall, cpu = time.perf_counter(), time.process_time()
-        jax.block_until_ready(compiled(state))
-        best = min(best, (time.perf_counter() - wall, time.process_time() - cpu))
-    return compile_s, best[0], best[1]
+    compiled, compile_s = compile_ahead(loop, state)
+    best, = fastest([lambda: compiled(state)], repeats)
+    return compile_s, best.wall, best.cpu
 
 
 def worker(args) -> dict:
@@ -109,7 +96,7 @@ def worker(args) -> dict:
     from numpyro_mile.models import mlp_regression
 
     warnings.simplefilter("ignore")
-    X, y, data = load_data(args.data)
+    X, y, data = load_data(data_dir(args.data))
     K = args.chains
     info = initialize_model(jax.random.split(jax.random.PRNGKey(1), K), mlp_regression, model_args=(X, y),
                             model_kwargs=dict(hidden=HIDDEN), init_strategy=init_to_uniform(radius=0.1))
@@ -129,19 +116,18 @@ def worker(args) -> dict:
         for method in methods:
             mcmc = MCMC(make(), num_warmup=100, num_samples=10, num_chains=K, chain_method="vectorized",
                         progress_bar=False)
-            wall = time.perf_counter()
-            if method == "run_distributed":
-                run_distributed(mcmc, jax.random.PRNGKey(0), X, y, init_params=init, **kwargs)
-            else:
-                mcmc.run(jax.random.PRNGKey(0), X, y, init_params=init, **kwargs)
-            jax.block_until_ready(mcmc.last_state)
-            end_to_end = time.perf_counter() - wall
+            with Stopwatch() as end_to_end:
+                if method == "run_distributed":
+                    run_distributed(mcmc, jax.random.PRNGKey(0), X, y, init_params=init, **kwargs)
+                else:
+                    mcmc.run(jax.random.PRNGKey(0), X, y, init_params=init, **kwargs)
+                jax.block_until_ready(mcmc.last_state)
             state = mcmc.last_state
             specs = sorted({str(tuple(x.sharding.spec)) for x in jax.tree.leaves(state)
                             if hasattr(x.sharding, "spec")})
             compile_s, loop_wall, loop_cpu = timed_loop(mcmc.sampler, state, steps, (X, y), kwargs, args.repeats)
             rows.append(dict(kernel=name, method=method, steps=steps, wall=loop_wall, cpu=loop_cpu,
-                             compile=compile_s, end_to_end=end_to_end, specs=specs,
+                             compile=compile_s, end_to_end=end_to_end.wall, specs=specs,
                              chain_steps_per_s=K * steps / loop_wall))
     return dict(devices=jax.device_count(), backend=jax.default_backend(), data=data, dim=dim, rows=rows,
                 jax=jax.__version__)
@@ -162,12 +148,12 @@ def report(args, argv: list[str], results: list[dict], load: tuple, elapsed: flo
     lines = [
         "# Chains per second against the number of devices",
         "",
-        f"Generated by `{' '.join(['python benchmarks/devices.py', *argv])}` on {date.today().isoformat()}.",
+        f"Generated by `{command_line(__file__, argv)}` on {date.today().isoformat()}.",
         "",
-        f"Machine: {machine()}; JAX {first['jax']}, backend {first['backend']} with *virtual* CPU devices "
-        "(`--xla_force_host_platform_device_count=D`), which share the machine's physical cores. "
-        f"Load average (1 min) {load[0]:.1f} at the start and {load[1]:.1f} at the end: other jobs shared the CPU, "
-        f"so times are indicative. Whole benchmark: {elapsed:.0f} s wall, {cpu_children:.0f} s CPU.",
+        f"Machine: {machine_summary(software=False)}; JAX {first['jax']}, backend {first['backend']} with *virtual* "
+        "CPU devices (`--xla_force_host_platform_device_count=D`), which share the machine's physical cores. "
+        f"{load_span(*load)}: other jobs shared the CPU, so times are indicative. Whole benchmark: {elapsed:.0f} s "
+        f"wall, {cpu_children:.0f} s CPU.",
         "",
         f"Setting: `mlp_regression`, hidden layers {HIDDEN} (d = {first['dim']}), {first['data']}, "
         f"K = {args.chains} chains, float32. Each kernel first runs through `numpyro_mile.run_distributed` "
@@ -179,9 +165,6 @@ def report(args, argv: list[str], results: list[dict], load: tuple, elapsed: flo
         "the chains sharded (checked: every per-chain array of the state is laid out over the `chains` axis). "
         "Chain-steps per second = K x T / wall time; speedup relative to `run_distributed` on 1 device.",
         "",
-        "| kernel | devices | method | chains per device | loop wall (s) | loop CPU (s) | chain-steps / s | speedup | "
-        "CPU vs 1 device | loop compile (s) | end to end (s) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     base = {r["kernel"]: r["chain_steps_per_s"] for r in first["rows"] if r["method"] == "run_distributed"}
     base_cpu = {r["kernel"]: r["cpu"] for r in first["rows"] if r["method"] == "run_distributed"}
@@ -189,15 +172,13 @@ def report(args, argv: list[str], results: list[dict], load: tuple, elapsed: flo
     for res in results:
         for r in res["rows"]:
             by_kernel.setdefault(r["kernel"], []).append((res["devices"], r))
-    for kernel, entries in by_kernel.items():
-        for D, r in entries:
-            per_device = -(-args.chains // D)
-            lines.append(
-                f"| {kernel} | {D} | {r['method']} | {per_device} | {r['wall']:.2f} | {r['cpu']:.2f} | "
-                f"{r['chain_steps_per_s']:.0f} | {r['chain_steps_per_s'] / base[kernel]:.2f}x | "
-                f"{r['cpu'] / base_cpu[kernel]:.2f}x | {r['compile']:.1f} | "
-                f"{r['end_to_end']:.1f} |"
-            )
+    rows = [[kernel, D, r["method"], -(-args.chains // D), f"{r['wall']:.2f}", f"{r['cpu']:.2f}",
+             f"{r['chain_steps_per_s']:.0f}", f"{r['chain_steps_per_s'] / base[kernel]:.2f}x",
+             f"{r['cpu'] / base_cpu[kernel]:.2f}x", f"{r['compile']:.1f}", f"{r['end_to_end']:.1f}"]
+            for kernel, entries in by_kernel.items() for D, r in entries]
+    lines += markdown_table(["kernel", "devices", "method", "chains per device", "loop wall (s)", "loop CPU (s)",
+                             "chain-steps / s", "speedup", "CPU vs 1 device", "loop compile (s)", "end to end (s)"],
+                            rows, "lrlrrrrrrrr", compact=True)
     lines += [
         "",
         "Reading the table: the devices here are threads of one process on the same 2 physical cores, so "
@@ -226,7 +207,7 @@ def main(argv=None):
         print(f"wrote {REPORT}")
         return
     passthrough = [a for a in argv if a != "--no-write"]
-    load_start = os.getloadavg()
+    load_start = load_average()
     start, cpu_start = time.perf_counter(), os.times()
     results = []
     for D in args.devices:
@@ -238,7 +219,7 @@ def main(argv=None):
                   f"{r['end_to_end']:.1f}s, specs {r['specs']})", flush=True)
     end = os.times()
     cpu_children = (end.children_user + end.children_system) - (cpu_start.children_user + cpu_start.children_system)
-    loads, elapsed = (load_start[0], os.getloadavg()[0]), time.perf_counter() - start
+    loads, elapsed = (load_start, load_average()), time.perf_counter() - start
     text = report(args, passthrough, results, loads, elapsed, cpu_children)
     if args.no_write:
         print(text)

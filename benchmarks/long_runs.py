@@ -43,29 +43,25 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import resource
-import shlex
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import (ROOT, CompileClock, Stopwatch, add_common_options, argument_parser, command_line, data_dir,
+                     finished, load_average, machine_info, markdown_table, pyplot)
+
 REPORT = ROOT / "docs" / "benchmarks" / "long_runs.md"
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "uci"
 FEATURES = 8
 CHUNKS = 10
-COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
-                  "/jax/core/compile/backend_compile_duration")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argument_parser(__doc__)
     p.add_argument("--parts", nargs="+", default=["cost", "memory", "precision"],
                    choices=["cost", "memory", "precision"])
     p.add_argument("--widths", nargs="+", type=int, default=[16, 64, 128, 256])
@@ -78,43 +74,12 @@ def parse_args(argv=None):
     p.add_argument("--chunk-size", type=int, default=100)
     p.add_argument("--precision-warmup", type=int, default=4000)
     p.add_argument("--precision-samples", type=int, default=2000)
-    p.add_argument("--data", default=None, help="folder with energy.data (default $NUMPYRO_MILE_DATA or ../shared)")
-    p.add_argument("--output", default=str(REPORT))
-    p.add_argument("--no-write", action="store_true")
+    add_common_options(p, data="energy.data", output=REPORT, no_write="print the report, write no files")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # JSON config of a memory subprocess
     return p.parse_args(argv)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def load_average() -> float:
-    return os.getloadavg()[0]
-
-
-def machine_info() -> dict:
-    import jax
-    import numpyro
-
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    commit = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"], capture_output=True,
-                            text=True).stdout.strip()
-    return {"cpu": cpu, "os.cpu_count()": os.cpu_count(), "memory": _total_memory(),
-            "python": platform.python_version(), "jax": jax.__version__, "numpyro": numpyro.__version__,
-            "jax backend": jax.default_backend(), "commit": commit}
-
-
-def _total_memory() -> str:
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                return f"{int(line.split()[1]) / 2**20:.1f} GiB"
-    return "unknown"
-
-
 def synthetic(rows: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((rows, FEATURES)).astype(np.float32)
@@ -136,28 +101,6 @@ def small_init(X, y, hidden, chains, seed=1):
     return {k: np.asarray(v) for k, v in z.items()}
 
 
-class CompileClock:
-    """Sums the tracing, lowering and XLA compile (wall) seconds JAX reports while active."""
-
-    def __init__(self):
-        import jax.monitoring
-
-        self.seconds, self.active = 0.0, False
-        jax.monitoring.register_event_duration_secs_listener(self)
-
-    def __call__(self, event, duration, **kwargs):
-        if self.active and event in COMPILE_EVENTS:
-            self.seconds += duration
-
-    @contextlib.contextmanager
-    def measure(self):
-        self.seconds, self.active = 0.0, True
-        try:
-            yield self
-        finally:
-            self.active = False
-
-
 # ---------------------------------------------------------------------------------------------- part 1: cost
 def cost_part(args) -> list[dict]:
     import jax
@@ -167,7 +110,7 @@ def cost_part(args) -> list[dict]:
     from numpyro_mile.models import mlp_regression
 
     X, y = synthetic(args.rows)
-    clock = CompileClock()
+    clock = CompileClock.get()
     rows = []
     for width in args.widths:
         hidden = (width, width)
@@ -204,18 +147,16 @@ def cost_part(args) -> list[dict]:
         # (B) MCMC.run, compile time reported by JAX subtracted (wall only)
         mcmc = MCMC(MILE(mlp_regression), thinning=thinning, chain_method="vectorized", progress_bar=False,
                     **settings)
-        with clock.measure():
-            t0, c0 = time.perf_counter(), time.process_time()
+        with clock.measure(), Stopwatch() as b:
             mcmc.run(jax.random.PRNGKey(2), X, y, hidden=hidden, init_params=init)
-            jax.block_until_ready(mcmc.get_samples())
-            b_wall, b_cpu = time.perf_counter() - t0, time.process_time() - c0
+            finished(mcmc)
         rows.append(dict(
             width=width, d=est["step"].num_params, steps=steps, W=W, S=S, thinning=thinning,
             grad_wall=est["gradient"].predicted_seconds, grad_cpu=est["gradient"].predicted_cpu_seconds,
             step_wall=est["step"].predicted_seconds, step_cpu=est["step"].predicted_cpu_seconds,
             step_compile=est["step"].compile_seconds, a_wall=a_wall, a_cpu=a_cpu, a_first=progress[0].seconds,
             a_cpu_range=a_cpu_range,
-            b_wall=b_wall - clock.seconds, b_total=b_wall, b_cpu=b_cpu, b_compile=clock.seconds,
+            b_wall=b.wall - clock.total, b_total=b.wall, b_cpu=b.cpu, b_compile=clock.total,
             load=(load0, load_average()),
         ))
         print(json.dumps(rows[-1]), flush=True)
@@ -264,21 +205,20 @@ def memory_child(config: dict) -> dict:
                 num_chains=config["chains"], chain_method="vectorized", progress_bar=False)
     reset_peak_rss()
     before = rss_now()
-    t0, c0 = time.perf_counter(), time.process_time()
-    if config["mode"] == "memory":
-        mcmc.run(jax.random.PRNGKey(2), X, y, hidden=hidden, init_params=init)
-        samples = mcmc.get_samples()
-        jax.block_until_ready(samples)
-        held = sum(int(v.nbytes) for v in samples.values())
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = run_chunked(mcmc, jax.random.PRNGKey(2), X, y, hidden=hidden, init_params=init,
-                              checkpoint_path=Path(tmp) / "run.ckpt", chunk_size=config["chunk_size"])
-            samples = out.get_samples(group_by_chain=True)  # memory-mapped: not read
+    with Stopwatch() as clock:
+        if config["mode"] == "memory":
+            mcmc.run(jax.random.PRNGKey(2), X, y, hidden=hidden, init_params=init)
+            samples = mcmc.get_samples()
+            jax.block_until_ready(samples)
             held = sum(int(v.nbytes) for v in samples.values())
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = run_chunked(mcmc, jax.random.PRNGKey(2), X, y, hidden=hidden, init_params=init,
+                                  checkpoint_path=Path(tmp) / "run.ckpt", chunk_size=config["chunk_size"])
+                samples = out.get_samples(group_by_chain=True)  # memory-mapped: not read
+                held = sum(int(v.nbytes) for v in samples.values())
     peak = peak_rss()
-    return dict(config, rss_before=before, peak=peak, samples_bytes=held, wall=wall, cpu=cpu)
+    return dict(config, rss_before=before, peak=peak, samples_bytes=held, wall=clock.wall, cpu=clock.cpu)
 
 
 def memory_part(args) -> list[dict]:
@@ -320,29 +260,27 @@ def precision_part(args) -> dict:
     from numpyro_mile.datasets import load_uci, split, standardize, toy_regression
     from numpyro_mile.metrics import lppd, rmse
     from numpyro_mile.models import mlp_regression
-    from numpyro_mile.streaming import round_to_dtype
+    from numpyro_mile._arrays import round_to_dtype
 
-    data_dir = args.data or os.environ.get("NUMPYRO_MILE_DATA") or str(DEFAULT_DATA)
+    folder = data_dir(args.data)
     try:
-        X, y = load_uci("energy", data_dir=data_dir)
-        source = f"UCI energy from {data_dir}, split seed 1 (70/10/20), standardised with training statistics"
+        X, y = load_uci("energy", data_dir=folder)
+        source = f"UCI energy from {folder}, split seed 1 (70/10/20), standardised with training statistics"
     except FileNotFoundError:
         X, y = toy_regression(500)
         source = "toy_regression(500) (FALLBACK: energy.data not found), split seed 1"
     parts, _ = standardize(split(X, y, seed=1))
     (Xtr, ytr), (Xte, yte) = parts.train, parts.test
     Xtr, ytr, Xte, yte = (np.asarray(a, np.float32) for a in (Xtr, ytr, Xte, yte))
-    t0 = time.perf_counter()
-    de = deep_ensemble(mlp_regression, jax.random.PRNGKey(1), args.chains, Xtr, ytr, progress_bar=False)
-    de_seconds = time.perf_counter() - t0
+    with Stopwatch() as de_clock:
+        de = deep_ensemble(mlp_regression, jax.random.PRNGKey(1), args.chains, Xtr, ytr, progress_bar=False)
     thinning = 10
     mcmc = MCMC(MILE(mlp_regression), num_warmup=args.precision_warmup, num_samples=args.precision_samples,
                 num_chains=args.chains, chain_method="vectorized", thinning=thinning, progress_bar=False)
     with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
-        out = run_chunked(mcmc, jax.random.PRNGKey(2), Xtr, ytr, init_params=de.init_params,
-                          checkpoint_path=Path(tmp) / "run.ckpt", chunk_size=1000, store_dtype="float32")
-        run_seconds = time.perf_counter() - t0
+        with Stopwatch() as run_clock:
+            out = run_chunked(mcmc, jax.random.PRNGKey(2), Xtr, ytr, init_params=de.init_params,
+                              checkpoint_path=Path(tmp) / "run.ckpt", chunk_size=1000, store_dtype="float32")
         samples32 = {k: np.array(v) for k, v in out.get_samples().items()}
     rows = []
     ref_ll = None
@@ -361,7 +299,7 @@ def precision_part(args) -> dict:
                          max_rel_weight_error=weights_err))
         print(json.dumps(rows[-1]), flush=True)
     return dict(rows=rows, source=source, n_train=len(ytr), n_test=len(yte), draws=len(samples32["w0"]),
-                de_seconds=de_seconds, run_seconds=run_seconds, warmup=args.precision_warmup,
+                de_seconds=de_clock.wall, run_seconds=run_clock.wall, warmup=args.precision_warmup,
                 samples=args.precision_samples, thinning=thinning, chains=args.chains)
 
 
@@ -370,12 +308,14 @@ def fmt_bytes(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
+def _load(row: dict) -> str:
+    """The load averages at the start and end of a measurement, ``a -> b``."""
+    return f"{row['load'][0]:.1f} -> {row['load'][1]:.1f}"
+
+
 def write_plot(cost_rows, memory_rows, path: Path) -> bool:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
     except ImportError:
         return False
     panels = (1 if cost_rows else 0) + (1 if memory_rows else 0)
@@ -440,19 +380,17 @@ def report(saved, cost_rows, memory_rows, precision, plot_name) -> str:
                   ".predicted_seconds / .predicted_cpu_seconds (timed for "
                   f"{args.estimate_seconds:g} s). (A): `run_chunked` in {CHUNKS} chunks; the median cost per step of "
                   "chunks 2-10 (no compilation), times the steps; CPU range over those chunks in brackets; (B): `MCMC.run` wall time minus the compile "
-                  "time JAX reports (its CPU column includes compilation).", "",
-                  "| w | d | steps (W+S) | pred. step wall s | pred. step CPU s | pred. gradient CPU s | "
-                  "(A) wall s | (A) CPU s | (B) wall s | (B) CPU s incl. compile | step/(A) wall | step/(A) CPU | "
-                  "gradient/(A) CPU | step/(B) wall | load |",
-                  "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for r in cost_rows:
-            lines.append(
-                f"| {r['width']} | {r['d']} | {r['steps']} ({r['W']}+{r['S']}) | {r['step_wall']:.2f} | "
-                f"{r['step_cpu']:.2f} | {r['grad_cpu']:.2f} | {r['a_wall']:.2f} | {r['a_cpu']:.2f} "
-                f"[{r['a_cpu_range'][0]:.2f}-{r['a_cpu_range'][1]:.2f}] | "
-                f"{r['b_wall']:.2f} | {r['b_cpu']:.2f} | {r['step_wall'] / r['a_wall']:.2f} | "
-                f"{r['step_cpu'] / r['a_cpu']:.2f} | {r['grad_cpu'] / r['a_cpu']:.2f} | "
-                f"{r['step_wall'] / r['b_wall']:.2f} | {r['load'][0]:.1f} -> {r['load'][1]:.1f} |")
+                  "time JAX reports (its CPU column includes compilation).", ""]
+        rows = [[r["width"], r["d"], f"{r['steps']} ({r['W']}+{r['S']})", f"{r['step_wall']:.2f}",
+                 f"{r['step_cpu']:.2f}", f"{r['grad_cpu']:.2f}", f"{r['a_wall']:.2f}",
+                 f"{r['a_cpu']:.2f} [{r['a_cpu_range'][0]:.2f}-{r['a_cpu_range'][1]:.2f}]", f"{r['b_wall']:.2f}",
+                 f"{r['b_cpu']:.2f}", f"{r['step_wall'] / r['a_wall']:.2f}", f"{r['step_cpu'] / r['a_cpu']:.2f}",
+                 f"{r['grad_cpu'] / r['a_cpu']:.2f}", f"{r['step_wall'] / r['b_wall']:.2f}", _load(r)]
+                for r in cost_rows]
+        lines += markdown_table(["w", "d", "steps (W+S)", "pred. step wall s", "pred. step CPU s",
+                                 "pred. gradient CPU s", "(A) wall s", "(A) CPU s", "(B) wall s",
+                                 "(B) CPU s incl. compile", "step/(A) wall", "step/(A) CPU", "gradient/(A) CPU",
+                                 "step/(B) wall", "load"], rows, "rrlrrrrrrrrrrrl", compact=True)
         within = [abs(r["step_cpu"] / r["a_cpu"] - 1) <= 0.2 for r in cost_rows]
         within_wall = [abs(r["step_wall"] / r["a_wall"] - 1) <= 0.2 for r in cost_rows]
         grad_ratio = [r["grad_cpu"] / r["a_cpu"] for r in cost_rows]
@@ -474,13 +412,13 @@ def report(saved, cost_rows, memory_rows, precision, plot_name) -> str:
                   "per row. In memory: `MCMC.run` then `get_samples()`; streamed: `run_chunked(chunk_size="
                   f"{m0['chunk_size']})` (draws memory-mapped afterwards, not read). Peak = `VmHWM`, reset just "
                   "before the run; growth = peak - resident memory just before the run (imports, data and initial "
-                  "values loaded).",
-                  "", "| mode | num_samples | draws size | peak RSS | growth | predicted (`predicted_bytes`) | "
-                  "wall s | CPU s | load |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for r in memory_rows:
-            lines.append(f"| {r['mode']} | {r['samples']} | {fmt_bytes(r['samples_bytes'])} | {fmt_bytes(r['peak'])} |"
-                         f" {fmt_bytes(r['peak'] - r['rss_before'])} | {fmt_bytes(r['predicted'])} | {r['wall']:.1f} |"
-                         f" {r['cpu']:.1f} | {r['load'][0]:.1f} -> {r['load'][1]:.1f} |")
+                  "values loaded).", ""]
+        rows = [[r["mode"], r["samples"], fmt_bytes(r["samples_bytes"]), fmt_bytes(r["peak"]),
+                 fmt_bytes(r["peak"] - r["rss_before"]), fmt_bytes(r["predicted"]), f"{r['wall']:.1f}",
+                 f"{r['cpu']:.1f}", _load(r)] for r in memory_rows]
+        lines += markdown_table(["mode", "num_samples", "draws size", "peak RSS", "growth",
+                                 "predicted (`predicted_bytes`)", "wall s", "CPU s", "load"], rows, "lrrrrrrrl",
+                                compact=True)
         by = {(r["mode"], r["samples"]): r for r in memory_rows}
         s1, s2 = args.memory_samples
         if all((m, s) in by for m in ("memory", "stream") for s in (s1, s2)):
@@ -501,12 +439,11 @@ def report(saved, cost_rows, memory_rows, precision, plot_name) -> str:
                   f"members ({p['de_seconds']:.0f} s), MILE num_warmup {p['warmup']}, num_samples {p['samples']}, "
                   f"thinning {p['thinning']} ({p['draws']} draws in all, {p['run_seconds']:.0f} s with "
                   "`run_chunked`). The same draws, rounded to each storage dtype (what `store_dtype` writes), "
-                  "evaluated on the test split:", "",
-                  "| storage | size of the draws | test LPPD | test RMSE | max change of a pointwise LPPD | "
-                  "max relative weight error |", "|---|---:|---:|---:|---:|---:|"]
-        for r in p["rows"]:
-            lines.append(f"| {r['dtype']} | {fmt_bytes(r['bytes'])} | {r['lppd']:.5f} | {r['rmse']:.5f} | "
-                         f"{r['max_pointwise_change']:.2e} | {r['max_rel_weight_error']:.1e} |")
+                  "evaluated on the test split:", ""]
+        rows = [[r["dtype"], fmt_bytes(r["bytes"]), f"{r['lppd']:.5f}", f"{r['rmse']:.5f}",
+                 f"{r['max_pointwise_change']:.2e}", f"{r['max_rel_weight_error']:.1e}"] for r in p["rows"]]
+        lines += markdown_table(["storage", "size of the draws", "test LPPD", "test RMSE",
+                                 "max change of a pointwise LPPD", "max relative weight error"], rows, compact=True)
         base = p["rows"][0]
         lines += ["", "- LPPD change vs float32: " + ", ".join(
             f"{r['dtype']} {r['lppd'] - base['lppd']:+.2e}" for r in p["rows"][1:]) + ".", ""]
@@ -524,7 +461,7 @@ def main(argv=None) -> int:
     out = Path(args.output)
     saved_path = out.with_suffix(".json")
     saved = json.loads(saved_path.read_text()) if saved_path.exists() and not args.no_write else {}
-    command = "python benchmarks/long_runs.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = command_line(__file__, argv)
     runners = {"cost": cost_part, "memory": memory_part, "precision": precision_part}
     for part in args.parts:
         result = runners[part](args)

@@ -22,16 +22,16 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import re
 import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _common import (ROOT, Stopwatch, add_common_options, argument_parser, load_average, load_span, machine_summary,
+                     markdown_table)
 
 NUM_SAMPLES = 12_000
 NUM_TEST = 10_000
@@ -52,7 +52,7 @@ MODES = {
     "predictive_parallel": "`Predictive(model, samples, parallel=True)`",
 }
 
-REPORT = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "predict_memory.md"
+REPORT = ROOT / "docs" / "benchmarks" / "predict_memory.md"
 
 
 def _peak_mib() -> float:
@@ -85,28 +85,27 @@ def run_mode(mode: str, num_samples: int) -> dict:
     X_test, samples, num_params = _setup(num_samples)
     key = jax.random.PRNGKey(0)
     setup_mib = _peak_mib()
-    start = time.perf_counter()
-    if mode == "setup":
-        kept = 0
-    elif mode in ("moments", "moments_vmap"):
-        out = predict(mlp_regression, samples, X_test, batch_size=BATCH_SIZE, reduce="moments", rng_key=key,
-                      parallel=mode == "moments_vmap", hidden=HIDDEN)
-        kept = sum(m.mean.nbytes + m.var.nbytes for m in out.values())
-    elif mode == "per_sample":
-        out = predict(mlp_regression, samples, X_test, batch_size=BATCH_SIZE, rng_key=key, hidden=HIDDEN)
-        kept = sum(v.nbytes for v in out.values())
-    elif mode == "log_likelihood":
-        y_test = np.zeros(NUM_TEST, np.float32)
-        out = log_likelihood(mlp_regression, samples, X_test, y_test, batch_size=BATCH_SIZE, hidden=HIDDEN)
-        kept = sum(v.nbytes for v in out.values())
-    elif mode in ("predictive", "predictive_parallel"):
-        predictive = Predictive(mlp_regression, samples, parallel=mode == "predictive_parallel")
-        out = predictive(key, X_test, hidden=HIDDEN)
-        out = {k: np.asarray(v) for k, v in out.items()}
-        kept = sum(v.nbytes for v in out.values())
-    else:
-        raise ValueError(f"unknown mode {mode!r}")
-    seconds = time.perf_counter() - start
+    with Stopwatch() as clock:
+        if mode == "setup":
+            kept = 0
+        elif mode in ("moments", "moments_vmap"):
+            out = predict(mlp_regression, samples, X_test, batch_size=BATCH_SIZE, reduce="moments", rng_key=key,
+                          parallel=mode == "moments_vmap", hidden=HIDDEN)
+            kept = sum(m.mean.nbytes + m.var.nbytes for m in out.values())
+        elif mode == "per_sample":
+            out = predict(mlp_regression, samples, X_test, batch_size=BATCH_SIZE, rng_key=key, hidden=HIDDEN)
+            kept = sum(v.nbytes for v in out.values())
+        elif mode == "log_likelihood":
+            y_test = np.zeros(NUM_TEST, np.float32)
+            out = log_likelihood(mlp_regression, samples, X_test, y_test, batch_size=BATCH_SIZE, hidden=HIDDEN)
+            kept = sum(v.nbytes for v in out.values())
+        elif mode in ("predictive", "predictive_parallel"):
+            predictive = Predictive(mlp_regression, samples, parallel=mode == "predictive_parallel")
+            out = predictive(key, X_test, hidden=HIDDEN)
+            out = {k: np.asarray(v) for k, v in out.items()}
+            kept = sum(v.nbytes for v in out.values())
+        else:
+            raise ValueError(f"unknown mode {mode!r}")
     return {
         "mode": mode,
         "num_samples": num_samples,
@@ -114,7 +113,7 @@ def run_mode(mode: str, num_samples: int) -> dict:
         "setup_peak_mib": setup_mib,
         "peak_mib": _peak_mib(),
         "result_mib": kept / 2**20,
-        "seconds": seconds,
+        "seconds": clock.wall,
         "ok": True,
     }
 
@@ -133,44 +132,17 @@ def _child(mode: str, num_samples: int, limit_gib: float | None) -> dict:
             "limit_gib": limit_gib}
 
 
-def _machine() -> str:
-    import jax
-    import numpyro
-
-    cpu = platform.processor() or platform.machine()
-    model_name = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model_name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        kib = int(Path("/proc/meminfo").read_text().split()[1])
-        mem = f", {kib / 2**20:.0f} GiB RAM"
-    except (OSError, ValueError, IndexError):
-        pass
-    return (
-        f"`platform.processor()` = `{cpu}`{f' ({model_name})' if model_name else ''}, "
-        f"{os.cpu_count()} cores{mem}; Python {platform.python_version()}, jax {jax.__version__} "
-        f"(backend {jax.default_backend()}), numpyro {numpyro.__version__}"
-    )
-
-
-def _fmt(row: dict, floor: float) -> str:
+def _cells(row: dict, floor: float) -> list:
     label = MODES[row["mode"]]
     if not row["ok"]:
-        return (f"| {label} | {row['num_samples']:,} | failed above the {row['limit_gib']} GiB data limit "
-                f"(`{row['error']}`) | – | – | – |")
-    extra = row["peak_mib"] - floor
-    return (f"| {label} | {row['num_samples']:,} | {row['peak_mib']:,.0f} | {extra:,.0f} | "
-            f"{row['result_mib']:,.1f} | {row['seconds']:.1f} |")
+        return [label, f"{row['num_samples']:,}", f"failed above the {row['limit_gib']} GiB data limit "
+                f"(`{row['error']}`)", "–", "–", "–"]
+    return [label, f"{row['num_samples']:,}", f"{row['peak_mib']:,.0f}", f"{row['peak_mib'] - floor:,.0f}",
+            f"{row['result_mib']:,.1f}", f"{row['seconds']:.1f}"]
 
 
 def main_all(output: Path) -> None:
-    load_before = os.getloadavg()[0]
+    load_before = load_average()
     rows = [_child(m, NUM_SAMPLES, None) for m in ("setup", "moments", "moments_vmap", "per_sample", "log_likelihood")]
     rows.append(_child("predictive", NUM_SAMPLES, PREDICTIVE_LIMIT_GIB))
     rows += [_child("predictive_parallel", s, PREDICTIVE_LIMIT_GIB) for s in PREDICTIVE_SAMPLES]
@@ -183,9 +155,8 @@ def main_all(output: Path) -> None:
         "",
         f"Generated by `python benchmarks/predict_memory.py` on {time.strftime('%Y-%m-%d')}.",
         "",
-        f"Machine: {_machine()}. Load average (1 min) {load_before:.1f} at the start and "
-        f"{os.getloadavg()[0]:.1f} at the end: the machine was shared, so times are indicative; "
-        "peak memory does not depend on the load.",
+        f"Machine: {machine_summary()}. {load_span(load_before, load_average())}: the machine was shared, so times "
+        "are indicative; peak memory does not depend on the load.",
         "",
         f"Model: `mlp_regression` with {NUM_FEATURES} features and hidden layers {HIDDEN} "
         f"({num_params} parameters); {NUM_SAMPLES:,} posterior samples (float32, "
@@ -197,9 +168,8 @@ def main_all(output: Path) -> None:
         "returned arrays, time includes compilation. Unchunked `Predictive` runs under an "
         f"`RLIMIT_DATA` of {PREDICTIVE_LIMIT_GIB} GiB so that it fails instead of exhausting the machine.",
         "",
-        "| mode | samples | peak RSS (MiB) | above setup (MiB) | result (MiB) | time (s) |",
-        "|---|---:|---:|---:|---:|---:|",
-        *[_fmt(row, floor) for row in rows],
+        *markdown_table(["mode", "samples", "peak RSS (MiB)", "above setup (MiB)", "result (MiB)", "time (s)"],
+                        [_cells(row, floor) for row in rows], compact=True),
         "",
         "Reading the table: `Predictive` by default (`parallel=False`) already loops over samples "
         "with `lax.map`, so its peak is the `(S, N)` results plus one sample's intermediates; "
@@ -221,14 +191,14 @@ def main_all(output: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, whole_doc=True)
     parser.add_argument("--mode", choices=list(MODES))
     parser.add_argument("--num-samples", type=int, default=NUM_SAMPLES)
     parser.add_argument("--limit-gib", type=float, default=None, help="RLIMIT_DATA of this process (GiB)")
-    parser.add_argument("--output", type=Path, default=REPORT)
+    add_common_options(parser, output=REPORT)
     args = parser.parse_args()
     if args.mode is None:
-        main_all(args.output)
+        main_all(Path(args.output))
         return
     if args.limit_gib:
         limit = int(args.limit_gib * 2**30)

@@ -14,7 +14,7 @@ projected to the paper's budgets from the measured costs:
 * MILE: every step costs two gradient evaluations, so its time is linear in steps:
   ``projected = compile + (seconds - compile) * 60_000 / (W + S)`` for the paper's 50k + 10k steps;
 * BDE: NUTS's cost per draw is its tree size; warmup and draws are timed apart and each, less one
-  compilation, is projected to 100 warmup + 1000 draws (``numpyro_mile.experiments.run_bde``).
+  compilation, is projected to 100 warmup + 1000 draws (``numpyro_mile.compare.run_bde``).
 
 Then ``log(time)`` is fitted against ``log(size)`` by least squares for each sampler (the exponent
 is the slope) and the BDE / MILE time ratio is reported per point. Process CPU seconds are
@@ -28,32 +28,21 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import csv
-import os
-import platform
 import sys
-import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests): find _common beside it
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (ROOT, Stopwatch, add_common_options, append_csv, argument_parser, command_line, data_dir,
+                     load_average, machine_summary, markdown_table, pyplot, read_csv)
+
 FIELDS = ["sweep", "dataset", "width", "train_rows", "num_params", "method", "budget", "seconds", "cpu_seconds",
           "compile_seconds", "grad_evals", "projected_seconds", "rmse", "lppd", "loadavg"]
 PAPER_MILE_STEPS = 60_000
 PAPER_BDE = (100, 1000)
-
-
-def data_dir(arg: str | None) -> Path:
-    if arg:
-        return Path(arg)
-    return Path(os.environ.get("NUMPYRO_MILE_DATA") or REPO.parent / "shared" / "data" / "uci")
-
-
-def machine() -> str:
-    return f"{platform.machine()} {os.cpu_count()} cores {jax.default_backend()}, jax {jax.__version__}"
 
 
 def load(dataset: str, folder: Path, rows: int | None):
@@ -68,7 +57,7 @@ def load(dataset: str, folder: Path, rows: int | None):
 
 def run_point(sweep: str, dataset: str, width: int, rows: int | None, args) -> list[dict]:
     from numpyro_mile import deep_ensemble
-    from numpyro_mile.experiments import run_bde, run_mile
+    from numpyro_mile.compare import run_bde, run_mile
     from numpyro_mile.models import mlp_regression
 
     train, val, X_test, y_test = load(dataset, data_dir(args.data), rows)
@@ -82,36 +71,20 @@ def run_point(sweep: str, dataset: str, width: int, rows: int | None, args) -> l
     mw, ms = args.mile
     mile = run_mile(mlp_regression, de, train, X_test, y_test, rng_key=jax.random.PRNGKey(1), num_warmup=mw,
                     num_samples=ms, thinning=10, projected_steps=PAPER_MILE_STEPS, hidden=hidden)
-    rows_out.append({**base, "method": "MILE", "budget": f"{mw}+{ms}", **_common(mile)})
+    rows_out.append({**base, "method": "MILE", "budget": f"{mw}+{ms}", **_measured(mile)})
 
     bw, bs = args.bde
     bde = run_bde(mlp_regression, de, train, X_test, y_test, rng_key=jax.random.PRNGKey(2), num_warmup=bw,
                   num_samples=bs, projected_warmup=PAPER_BDE[0], projected_samples=PAPER_BDE[1], hidden=hidden)
-    rows_out.append({**base, "method": "BDE", "budget": f"{bw}+{bs}", **_common(bde)})
+    rows_out.append({**base, "method": "BDE", "budget": f"{bw}+{bs}", **_measured(bde)})
     return rows_out
 
 
-def _common(result) -> dict:
+def _measured(result) -> dict:
     return dict(seconds=round(result.seconds, 2), cpu_seconds=round(result.cpu_seconds, 2),
                 compile_seconds=round(result.compile_seconds, 2), grad_evals=result.grad_evals,
                 projected_seconds=round(result.projected_seconds, 2),
-                rmse=round(result.rmse, 4), lppd=round(result.lppd, 4), loadavg=f"{os.getloadavg()[0]:.1f}")
-
-
-def read_rows(csv_path: Path) -> list[dict]:
-    if not csv_path.exists():
-        return []
-    with csv_path.open() as f:
-        return list(csv.DictReader(f))
-
-
-def append(csv_path: Path, rows: list[dict]) -> None:
-    new = not csv_path.exists()
-    with csv_path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
+                rmse=round(result.rmse, 4), lppd=round(result.lppd, 4), loadavg=f"{load_average():.1f}")
 
 
 def fit_exponent(sizes, times) -> tuple[float, float]:
@@ -130,23 +103,21 @@ def summarise(rows: list[dict]) -> str:
         rs = [r for r in rows if r["sweep"] == sweep]
         if not rs:
             continue
-        lines += [f"### {sweep} sweep ({rs[0]['dataset']}): time vs {label}", "",
-                  f"| {label} | width | method | measured budget | measured s | CPU s | projected s (paper budget) "
-                  "| BDE / MILE (projected) | test RMSE | test LPPD |",
-                  "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"]
         by_size = {}
         for r in rs:
             by_size.setdefault(size_of(r), {})[r["method"]] = r
+        table = []
         for size in sorted(by_size):
             pair = by_size[size]
             ratio = (float(pair["BDE"]["projected_seconds"]) / float(pair["MILE"]["projected_seconds"])
                      if {"BDE", "MILE"} <= set(pair) else float("nan"))
-            for method in ("MILE", "BDE"):
-                if method in pair:
-                    r = pair[method]
-                    lines.append(f"| {size:,.0f} | {r['width']} | {method} | {r['budget']} | {float(r['seconds']):.1f} | "
-                                 f"{float(r['cpu_seconds']):.1f} | {float(r['projected_seconds']):.0f} | "
-                                 f"{ratio:.1f} | {float(r['rmse']):.3f} | {float(r['lppd']):.3f} |")
+            table += [[f"{size:,.0f}", r["width"], method, r["budget"], f"{float(r['seconds']):.1f}",
+                       f"{float(r['cpu_seconds']):.1f}", f"{float(r['projected_seconds']):.0f}", f"{ratio:.1f}",
+                       f"{float(r['rmse']):.3f}", f"{float(r['lppd']):.3f}"]
+                      for method, r in ((m, pair[m]) for m in ("MILE", "BDE") if m in pair)]
+        lines += [f"### {sweep} sweep ({rs[0]['dataset']}): time vs {label}", ""] + markdown_table(
+            [label, "width", "method", "measured budget", "measured s", "CPU s", "projected s (paper budget)",
+             "BDE / MILE (projected)", "test RMSE", "test LPPD"], table, "rrllrrrrrr", compact=True)
         lines.append("")
         for method in ("MILE", "BDE"):
             pts = [(size_of(r), float(r["projected_seconds"])) for r in rs if r["method"] == method]
@@ -159,10 +130,7 @@ def summarise(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     sweeps = [s for s in ("width", "data") if any(r["sweep"] == s for r in rows)]
     fig, axes = plt.subplots(1, len(sweeps), figsize=(5 * len(sweeps), 4), squeeze=False)
@@ -184,15 +152,15 @@ def plot(rows: list[dict], png: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", help="folder with bikesharing.data and protein.data")
+    p = argument_parser(__doc__, whole_doc=True)
+    add_common_options(p, data="bikesharing.data and protein.data")
     p.add_argument("--widths", nargs="+", type=int, default=[4, 8, 16, 32])
     p.add_argument("--sizes", nargs="+", type=int, default=[1000, 2000, 4000, 8000, 16000])
     p.add_argument("--chains", type=int, default=2)
     p.add_argument("--epochs", type=int, default=20, help="deep-ensemble epochs (only samplers are timed)")
     p.add_argument("--mile", nargs=2, type=int, default=[1000, 500], metavar=("WARMUP", "SAMPLES"))
     p.add_argument("--bde", nargs=2, type=int, default=[30, 10], metavar=("WARMUP", "SAMPLES"))
-    p.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "scaling"))
+    add_common_options(p, out_dir=ROOT / "docs" / "benchmarks" / "scaling")
     args = p.parse_args(argv)
     folder = data_dir(args.data)
     missing = [d for d in ("bikesharing", "protein") if not (folder / f"{d}.data").exists()]
@@ -202,7 +170,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "results.csv"
-    done = {(r["sweep"], r["width"], r["train_rows"] if r["sweep"] == "data" else "") for r in read_rows(csv_path)}
+    done = {(r["sweep"], r["width"], r["train_rows"] if r["sweep"] == "data" else "") for r in read_csv(csv_path, missing_ok=True)}
     points = [("width", "bikesharing", w, None) for w in args.widths]
     points += [("data", "protein", 16, n) for n in args.sizes]
     for sweep, dataset, width, rows in points:
@@ -210,16 +178,16 @@ def main(argv=None) -> int:
         if key in done:
             print(f"[{sweep} {dataset} w={width} n={rows}] done, skipped", file=sys.stderr)
             continue
-        start = time.perf_counter()
-        new = run_point(sweep, dataset, width, rows, args)
-        append(csv_path, new)
+        with Stopwatch() as clock:
+            new = run_point(sweep, dataset, width, rows, args)
+            append_csv(csv_path, new, FIELDS)
         print(f"[{sweep} {dataset} w={width} n={rows}] " + "; ".join(
             f"{r['method']} {r['seconds']} s -> {r['projected_seconds']} s" for r in new)
-            + f" ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
-    rows = read_rows(csv_path)
-    command = "python benchmarks/scaling.py " + " ".join(argv if argv is not None else sys.argv[1:])
+            + f" ({clock.wall:.0f} s)", file=sys.stderr)
+    rows = read_csv(csv_path, missing_ok=True)
     (out / "results.md").write_text(
-        f"# Scaling ablation: MILE vs BDE sampler time\n\nGenerated by `{command}` on {machine()}.\n"
+        f"# Scaling ablation: MILE vs BDE sampler time\n\nGenerated by `{command_line(__file__, argv)}` on "
+        f"{machine_summary()}.\n"
         f"K = {args.chains} chains; deep ensembles of {args.epochs} epochs; MILE measured on {args.mile[0]}+"
         f"{args.mile[1]} steps and BDE on {args.bde[0]} warmup + {args.bde[1]} draws, both projected to the paper's "
         "budgets (MILE 50k + 10k steps; BDE 100 warmup + 1000 draws) as described in the script's docstring. "

@@ -25,68 +25,41 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
 import sys
-import time
 from datetime import date
-from pathlib import Path
-
-from _machine import cpu_model  # benchmarks/ is on sys.path when a script runs
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 from numpyro.infer import MCMC, init_to_uniform
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import (ROOT, Stopwatch, add_common_options, argument_parser, command_line, compile_ahead, data_dir,
+                     fastest, finished, load_average, load_span, machine_summary, markdown_table)
+
 REPORT = ROOT / "docs" / "benchmarks" / "sgmcmc.md"
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "uci"
 HIDDEN = (16, 16)
 BATCH = 32
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", default=os.environ.get("NUMPYRO_MILE_DATA") or str(DEFAULT_DATA))
+    p = argument_parser(__doc__)
+    add_common_options(p, data="airfoil.data")
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--steps", type=int, default=500, help="steps T per timed kernel loop")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--mcmc-warmup", type=int, default=250)
     p.add_argument("--mcmc-samples", type=int, default=250)
-    p.add_argument("--no-write", action="store_true")
+    add_common_options(p, no_write="print the report, write no files")
     return p.parse_args(argv)
 
 
-def machine_info() -> str:
-    cpu = cpu_model()
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    device = jax.devices()[0]
-    return (f"{cpu}, {os.cpu_count()} cores ({usable} usable); JAX backend {jax.default_backend()} "
-            f"({device.device_kind}); Python {platform.python_version()}, jax {jax.__version__}, "
-            f"numpyro {numpyro.__version__}")
-
-
-def load_average() -> float:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-
-
-def load_airfoil(data_dir):
+def load_airfoil(folder):
     from numpyro_mile.datasets import load_uci, split, standardize
 
-    X, y = load_uci("airfoil", data_dir=data_dir)
+    X, y = load_uci("airfoil", data_dir=folder)
     parts, _ = standardize(split(X, y, seed=1))
     X_train, y_train = parts.train
     return jnp.asarray(X_train, jnp.float32), jnp.asarray(y_train, jnp.float32)
-
-
-def compile_ahead(fn, arg):
-    """``(compiled fn, compile seconds)``: ``jit(fn).lower(arg).compile()``."""
-    start = time.perf_counter()
-    compiled = jax.jit(fn).lower(arg).compile()
-    return compiled, time.perf_counter() - start
 
 
 def kernel_loop(kernel, key, num_chains, steps, X, y, kwargs, init_params):
@@ -135,24 +108,13 @@ def noise_loop(keys, dim, steps):
     return compiled, arg, compile_s
 
 
-def interleaved_minimum(entries, repeats):
-    """Minimum wall time of each compiled call over ``repeats`` rounds that visit every entry in turn."""
-    best = [np.inf] * len(entries)
-    for _ in range(repeats):
-        for j, (compiled, arg) in enumerate(entries):
-            start = time.perf_counter()
-            jax.block_until_ready(compiled(arg))
-            best[j] = min(best[j], time.perf_counter() - start)
-    return best
-
-
 def mcmc_seconds(kernel, key, num_chains, warmup, samples, X, y, kwargs, init_params):
     mcmc = MCMC(kernel, num_warmup=warmup, num_samples=samples, num_chains=num_chains,
                 chain_method="vectorized", progress_bar=False)
-    start = time.perf_counter()
-    mcmc.run(key, X, y, init_params=init_params, **kwargs)
-    jax.block_until_ready(mcmc.get_samples())
-    return time.perf_counter() - start
+    with Stopwatch() as clock:
+        mcmc.run(key, X, y, init_params=init_params, **kwargs)
+        finished(mcmc)
+    return clock.wall
 
 
 def main(argv=None):
@@ -162,7 +124,7 @@ def main(argv=None):
     from numpyro_mile.models import mlp_regression
 
     load_start = load_average()
-    X, y = load_airfoil(args.data)
+    X, y = load_airfoil(data_dir(args.data))
     K = args.chains
     key = jax.random.PRNGKey(0)
     init = init_to_uniform(radius=0.1)
@@ -171,7 +133,8 @@ def main(argv=None):
     mb = MinibatchModel(mlp_regression, (X, y), mb_kwargs)
     init_params = mb.init_positions(jax.random.split(jax.random.PRNGKey(1), K), init_strategy=init)
     dim = sum(int(np.prod(s)) for s in mb.latent_shapes.values())
-    print(f"airfoil train: N={X.shape[0]}, d={dim}, K={K}; {machine_info()}", flush=True)
+    machine = machine_summary()
+    print(f"airfoil train: N={X.shape[0]}, d={dim}, K={K}; {machine}", flush=True)
 
     eps = 1e-5
     kernels = [
@@ -194,8 +157,8 @@ def main(argv=None):
         compiled, state, compile_s = kernel_loop(make(), key, K, args.steps, X, y, kwargs, init_params)
         loops.append((name, compiled, state, grads, compile_s))
         print(f"compiled {name} in {compile_s:.1f} s", flush=True)
-    seconds = interleaved_minimum([(c, a) for _, c, a, _, _ in loops], args.repeats)
-    rows = [(name, t / args.steps, grads, compile_s) for (name, _, _, grads, compile_s), t in zip(loops, seconds)]
+    timings = fastest([lambda c=c, a=a: c(a) for _, c, a, _, _ in loops], args.repeats)
+    rows = [(name, t.wall / args.steps, grads, compile_s) for (name, _, _, grads, compile_s), t in zip(loops, timings)]
     for row in rows:
         print(row, flush=True)
 
@@ -213,11 +176,11 @@ def main(argv=None):
     lines = [
         "# SG-MCMC cost per step: SGLD, pSGLD, ICSGLD and MILE",
         "",
-        f"Generated by `python benchmarks/sgmcmc.py{' ' + ' '.join(argv) if argv else ''}` on {date.today()}.",
+        f"Generated by `{command_line(__file__, argv)}` on {date.today()}.",
         "",
-        f"Machine: {machine_info()}. Load average (1 min) {load_start:.1f} at the start and {load_end:.1f} at the "
-        "end" + (": the machine was shared with other jobs, so times are indicative." if max(load_start, load_end) > 1.5
-                 else "."),
+        f"Machine: {machine}. {load_span(load_start, load_end)}"
+        + (": the machine was shared with other jobs, so times are indicative." if max(load_start, load_end) > 1.5
+           else "."),
         "",
         f"Setting: `mlp_regression`, hidden layers {HIDDEN} (d = {dim}), UCI airfoil training split "
         f"(N = {X.shape[0]} rows, seed 1, standardised), K = {K} chains vectorised, float32. Every kernel starts "
@@ -226,15 +189,15 @@ def main(argv=None):
         f"## Kernel step, compiled (T = {args.steps} steps in one jitted `fori_loop`, minimum of {args.repeats} "
         "interleaved rounds)",
         "",
-        "| kernel | ms per step (all chains) | gradient evals per step | ms per gradient eval | "
-        "steps per data pass | ms per data pass | compile (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
     ]
+    table = []
     for name, per_step, grads, compile_s in rows:
         passes = epoch if "n=32" in name else 1.0
         per_grad = f"{1e3 * per_step / grads:.3f}" if grads else "-"
-        lines.append(f"| {name} | {1e3 * per_step:.3f} | {grads} | {per_grad} | {passes:.1f} | "
-                     f"{1e3 * per_step * passes:.2f} | {compile_s:.1f} |")
+        table.append([name, f"{1e3 * per_step:.3f}", grads, per_grad, f"{passes:.1f}", f"{1e3 * per_step * passes:.2f}",
+                      f"{compile_s:.1f}"])
+    lines += markdown_table(["kernel", "ms per step (all chains)", "gradient evals per step", "ms per gradient eval",
+                             "steps per data pass", "ms per data pass", "compile (s)"], table, compact=True)
     per_step = dict((r[0], r[1]) for r in rows)
     mile_per_grad = per_step["MILE (tuning phase), full batch"] / 2
     mb_step = per_step["SGLD, minibatch n=32"]
@@ -251,10 +214,9 @@ def main(argv=None):
         f"## End to end in `numpyro.infer.MCMC` (W = {args.mcmc_warmup}, S = {args.mcmc_samples}, wall time of one "
         "`run`, compilation included)",
         "",
-        "| kernel | seconds |",
-        "|---|---:|",
     ]
-    lines += [f"| {name.replace(' (tuning phase)', '')} | {seconds:.1f} |" for name, seconds in e2e]
+    lines += markdown_table(["kernel", "seconds"], [[name.replace(" (tuning phase)", ""), f"{seconds:.1f}"]
+                                                    for name, seconds in e2e], compact=True)
     lines += [
         "",
         f"Reading: at this size (N = {X.shape[0]}, d = {dim}) a gradient on 32 rows is cheap on CPU and a step's "

@@ -19,19 +19,19 @@ reference code's full-data statistics).
 from __future__ import annotations
 
 import argparse
-import csv
-import os
-import platform
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests): find _common beside it
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (ROOT, Stopwatch, add_common_options, append_csv, argument_parser, command_line, data_dir,
+                     load_average, machine_info, machine_summary, markdown_table, pyplot, read_csv)
+
 FIELDS = ["dataset", "seed", "method", "rmse", "lppd", "de_seconds", "sampler_seconds", "compile_seconds",
           "grad_evals", "ess", "crhat", "num_nans", "num_chains", "budget", "stats", "versions", "machine",
           "sampler_cpu_seconds", "bde_warmup_seconds", "projected_seconds", "loadavg", "crhat_method",
@@ -56,7 +56,7 @@ PROFILES = {
     "medium": dict(de_early_stopping="mile", datasets=["yacht", "energy", "concrete", "airfoil"], seeds=[1], chains=12, mile_warmup=50_000,
                    mile_samples=10_000, thinning=10, bde_samples=200, bde_warmups=[100], max_epochs=500),
     # the paper's MILE budget and K on the four small sets, three seeds; BDE (100 warmup) draws 200 samples and its
-    # time for the paper's 1000 is projected from the measured time per draw (see experiments.run_bde)
+    # time for the paper's 1000 is projected from the measured time per draw (see compare.run_bde)
     "paper": dict(de_early_stopping="mile", datasets=["yacht", "energy", "concrete", "airfoil"], seeds=[1, 2, 3], chains=12, mile_warmup=50_000,
                   mile_samples=10_000, thinning=10, bde_samples=200, bde_warmups=[100], max_epochs=500,
                   bde_projected_samples=1000),
@@ -75,56 +75,20 @@ PROFILES = {
 }
 
 
-def data_dir(arg: str | None) -> Path:
-    if arg:
-        return Path(arg)
-    if os.environ.get("NUMPYRO_MILE_DATA"):
-        return Path(os.environ["NUMPYRO_MILE_DATA"])
-    return REPO.parent / "shared" / "data" / "uci"
-
-
-def machine() -> str:
-    return f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores {jax.default_backend()}".strip()
-
-
-def versions() -> str:
-    import blackjax
-    import numpyro
-
-    return f"jax {jax.__version__}; numpyro {numpyro.__version__}; blackjax {blackjax.__version__}"
+def versions(info: dict) -> str:
+    """The ``versions`` column: ``jax x; numpyro x; blackjax x`` of a :func:`_common.machine_info` dict."""
+    return "; ".join(f"{name} {info[name]}" for name in ("jax", "numpyro", "blackjax"))
 
 
 def done_keys(csv_path: Path) -> set[tuple[str, str, str]]:
     """(dataset, seed, method) of the rows already in ``csv_path``."""
-    if not csv_path.exists():
-        return set()
-    with csv_path.open() as f:
-        return {(r["dataset"], r["seed"], r["method"]) for r in csv.DictReader(f)}
-
-
-def append_row(csv_path: Path, row: dict) -> None:
-    """Append one row; a CSV written with an older, shorter column list is rewritten first (blanks)."""
-    if csv_path.exists():
-        with csv_path.open() as f:
-            reader = csv.DictReader(f)
-            header, rows = reader.fieldnames, list(reader)
-        if header != FIELDS:
-            with csv_path.open("w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=FIELDS)
-                writer.writeheader()
-                writer.writerows({k: r.get(k, "") for k in FIELDS} for r in rows)
-    new = not csv_path.exists()
-    with csv_path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
+    return {(r["dataset"], r["seed"], r["method"]) for r in read_csv(csv_path, missing_ok=True)}
 
 
 def run_one(dataset: str, seed: int, profile: dict, args, csv_path: Path, done: set) -> None:
     from numpyro_mile import deep_ensemble
     from numpyro_mile.datasets import load_uci, split, standardize
-    from numpyro_mile.experiments import run_bde, run_de, run_mile
+    from numpyro_mile.compare import run_bde, run_de, run_mile
     from numpyro_mile.models import mlp_regression
 
     methods = ["DE", "MILE"] + [f"BDE-w{w}-{m}" for w in profile["bde_warmups"] for m in args.bde_chain_methods]
@@ -135,14 +99,16 @@ def run_one(dataset: str, seed: int, profile: dict, args, csv_path: Path, done: 
     X, y = load_uci(dataset, data_dir=data_dir(args.data))
     (train, val, test), _ = standardize(split(X, y, seed=seed), stats=args.stats)
     key_de, key_mile, key_bde = jax.random.split(jax.random.PRNGKey(seed), 3)
-    start = time.perf_counter()
     early_stopping = profile.get("de_early_stopping", "best")  # "mile": the reference code's rule (final params)
-    de = deep_ensemble(mlp_regression, key_de, profile["chains"], *train, validation=val,
-                       max_epochs=profile["max_epochs"], early_stopping=early_stopping, progress_bar=False)
-    de_seconds = time.perf_counter() - start
+    with Stopwatch() as de_clock:
+        de = deep_ensemble(mlp_regression, key_de, profile["chains"], *train, validation=val,
+                           max_epochs=profile["max_epochs"], early_stopping=early_stopping, progress_bar=False)
+    de_seconds = de_clock.wall
     print(f"[{dataset} seed {seed}] DE {de_seconds:.1f} s", file=sys.stderr)
+    info = machine_info()
     common = dict(dataset=dataset, seed=seed, de_seconds=round(de_seconds, 3), num_chains=profile["chains"],
-                  stats=args.stats, versions=versions(), machine=machine(), de_early_stopping=early_stopping)
+                  stats=args.stats, versions=versions(info), machine=machine_summary(info),
+                  de_early_stopping=early_stopping)
 
     def finite(x):
         return round(x, 3) if np.isfinite(x) else ""
@@ -154,9 +120,9 @@ def run_one(dataset: str, seed: int, profile: dict, args, csv_path: Path, done: 
                "compile_seconds": round(result.compile_seconds, 3), "budget": budget,
                "sampler_cpu_seconds": finite(result.cpu_seconds), "bde_warmup_seconds": finite(result.warmup_seconds),
                "projected_seconds": finite(result.projected_seconds),
-               "loadavg": f"{os.getloadavg()[0]:.1f}",
-               "crhat_method": "mile"}  # experiments._mixing: chainwise_rhat(method="mile")
-        append_row(csv_path, row)
+               "loadavg": f"{load_average():.1f}",
+               "crhat_method": "mile"}  # compare._mixing: chainwise_rhat(method="mile")
+        append_csv(csv_path, [row], FIELDS)
         print(f"[{dataset} seed {seed}] {result.method}: RMSE {result.rmse:.3f} LPPD {result.lppd:.3f} "
               f"time {result.seconds:.1f} s", file=sys.stderr)
 
@@ -206,9 +172,7 @@ def _projected_cpu(rows: list[dict]) -> np.ndarray:
 
 def targets(groups: dict[tuple[str, str], list[dict]]) -> list[str]:
     """The paper's claims per dataset, checked against the first BDE variant present (seeds matched)."""
-    lines = ["| dataset | BDE variant | MILE LPPD >= DE | MILE RMSE within 1 sd of BDE or better | "
-             "MILE LPPD within 1 sd of BDE or better | BDE time / MILE time (wall; CPU) | times | >= 5 | >= 10 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for dataset in sorted({d for d, _ in groups}):
         mile, de = groups.get((dataset, "MILE")), groups.get((dataset, "DE"))
         for method in sorted(m for d, m in groups if d == dataset and m.startswith("BDE")):
@@ -229,14 +193,15 @@ def targets(groups: dict[tuple[str, str], list[dict]]) -> list[str]:
             wall = projected.mean() / mile_projected.mean()
             cpu_b, cpu_m = _projected_cpu(b), _projected_cpu(m)
             cpu = cpu_b.mean() / cpu_m.mean() if np.all(np.isfinite(cpu_b)) and np.all(np.isfinite(cpu_m)) else np.nan
-            lines.append(
-                f"| {dataset} | {method} (seeds {', '.join(seeds)}) | {ok(np.all(lppd_m >= _values(e, 'lppd')))} | "
-                f"{ok(rmse_m.mean() <= rmse_b.mean() + max(sd(rmse_m), sd(rmse_b)))} | "
-                f"{ok(lppd_m.mean() >= lppd_b.mean() - max(sd(lppd_m), sd(lppd_b)))} | "
-                f"{wall:.1f}; {cpu:.1f}{'' if np.isfinite(cpu) else ' (BDE not projected)'} | "
-                f"{measured_or_projected(m + b)} | {time_target(wall, cpu, m + b)} | "
-                f"{time_target(wall, cpu, m + b, 10.0)} |")
-    return lines
+            rows.append([dataset, f"{method} (seeds {', '.join(seeds)})", ok(np.all(lppd_m >= _values(e, "lppd"))),
+                         ok(rmse_m.mean() <= rmse_b.mean() + max(sd(rmse_m), sd(rmse_b))),
+                         ok(lppd_m.mean() >= lppd_b.mean() - max(sd(lppd_m), sd(lppd_b))),
+                         f"{wall:.1f}; {cpu:.1f}{'' if np.isfinite(cpu) else ' (BDE not projected)'}",
+                         measured_or_projected(m + b), time_target(wall, cpu, m + b),
+                         time_target(wall, cpu, m + b, 10.0)])
+    return markdown_table(["dataset", "BDE variant", "MILE LPPD >= DE", "MILE RMSE within 1 sd of BDE or better",
+                           "MILE LPPD within 1 sd of BDE or better", "BDE time / MILE time (wall; CPU)", "times",
+                           ">= 5", ">= 10"], rows, "lllllllll", compact=True)
 
 
 def idle(rows: list[dict]) -> bool:
@@ -263,21 +228,20 @@ def measured_or_projected(rows: list[dict]) -> str:
 
 def projection_check(csv_path: Path, other: Path) -> str:
     """Full-budget times here against the times projected for the same (dataset, seed, method) in ``other``."""
-    with csv_path.open() as f:
-        here = [r for r in csv.DictReader(f) if r["method"] != "DE" and "projected" not in (r.get("budget") or "")]
-    with (other / "results.csv").open() as f:
-        there = {(r["dataset"], r["seed"], r["method"]): r for r in csv.DictReader(f)}
+    here = [r for r in read_csv(csv_path) if r["method"] != "DE" and "projected" not in (r.get("budget") or "")]
+    there = {(r["dataset"], r["seed"], r["method"]): r for r in read_csv(other / "results.csv")}
     lines = [f"Full-budget times measured here against the times `{other}` projected for the same data set, seed "
-             "and method from a shorter run:", "",
-             "| dataset | seed | method | budget here | measured s | projected s (there) | measured / projected |",
-             "|---|---:|---|---|---:|---:|---:|"]
+             "and method from a shorter run:", ""]
+    rows = []
     for r in here:
         match = there.get((r["dataset"], r["seed"], r["method"]))
         if match is None or match.get("projected_seconds") in (None, ""):
             continue
         measured, projected = float(r["sampler_seconds"]), float(match["projected_seconds"])
-        lines.append(f"| {r['dataset']} | {r['seed']} | {r['method']} | {r['budget']} | {measured:.1f} | "
-                     f"{projected:.1f} | {measured / projected:.2f} |")
+        rows.append([r["dataset"], r["seed"], r["method"], r["budget"], f"{measured:.1f}", f"{projected:.1f}",
+                     f"{measured / projected:.2f}"])
+    lines += markdown_table(["dataset", "seed", "method", "budget here", "measured s", "projected s (there)",
+                             "measured / projected"], rows, "lrllrrr", compact=True)
     return "\n".join(lines) + "\n"
 
 
@@ -289,8 +253,7 @@ def crhat_methods(rows: list[dict]) -> list[str]:
 
 def summarise(csv_path: Path) -> str:
     """Markdown tables: mean ± sd over seeds per dataset and method, then the paper's targets."""
-    with csv_path.open() as f:
-        rows = list(csv.DictReader(f))
+    rows = read_csv(csv_path)
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         groups.setdefault((r["dataset"], r["method"]), []).append(r)
@@ -305,19 +268,16 @@ def summarise(csv_path: Path) -> str:
             return ""
         return f" ({CRHAT_LABELS[methods[0]]})" if len(methods) == 1 else " (mixed definitions)"
 
-    lines = ["| dataset | method | budget | seeds | RMSE | LPPD | DE s | sampler s | sampler CPU s | projected s | "
-             f"grad evals | ESS/chain | {crhat_header} | NaN/div |",
-             "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for (dataset, method), rs in sorted(groups.items()):
-        budget = "; ".join(sorted({r.get("budget", "") for r in rs}))
-        lines.append(
-            f"| {dataset} | {method} | {budget} | {len(rs)} | {_ms(_values(rs, 'rmse'), '.3f')} | "
-            f"{_ms(_values(rs, 'lppd'), '.3f')} | {_ms(_values(rs, 'de_seconds'), '.1f')} | "
-            f"{_ms(_values(rs, 'sampler_seconds'), '.1f')} | {_ms(_values(rs, 'sampler_cpu_seconds'), '.1f')} | "
-            f"{_ms(_values(rs, 'projected_seconds'), '.1f') if method != 'DE' else ''} | "
-            f"{np.mean([int(r['grad_evals']) for r in rs]):,.0f} | "
-            f"{_ms(_values(rs, 'ess'), '.1f')} | {_ms(_values(rs, 'crhat'), '.3f')}{crhat_label(rs)} | "
-            f"{sum(int(r['num_nans']) for r in rs)} |")
+    cells = [[dataset, method, "; ".join(sorted({r.get("budget", "") for r in rs})), len(rs),
+              _ms(_values(rs, "rmse"), ".3f"), _ms(_values(rs, "lppd"), ".3f"), _ms(_values(rs, "de_seconds"), ".1f"),
+              _ms(_values(rs, "sampler_seconds"), ".1f"), _ms(_values(rs, "sampler_cpu_seconds"), ".1f"),
+              _ms(_values(rs, "projected_seconds"), ".1f") if method != "DE" else "",
+              f"{np.mean([int(r['grad_evals']) for r in rs]):,.0f}", _ms(_values(rs, "ess"), ".1f"),
+              _ms(_values(rs, "crhat"), ".3f") + crhat_label(rs), sum(int(r["num_nans"]) for r in rs)]
+             for (dataset, method), rs in sorted(groups.items())]
+    lines = markdown_table(["dataset", "method", "budget", "seeds", "RMSE", "LPPD", "DE s", "sampler s",
+                            "sampler CPU s", "projected s", "grad evals", "ESS/chain", crhat_header, "NaN/div"], cells,
+                           "lllrllrrrrrrrr", compact=True)
     notes = [f"cR-hat ({CRHAT_LABELS[m]}): {CRHAT_NOTES[m]}." for m in used]
     return "\n".join(lines + [line for note in notes for line in ("", note)]
                      + ["", "Targets (the MILE paper's claims; times = projected to the full budget where a shorter one was measured):", ""]
@@ -325,13 +285,9 @@ def summarise(csv_path: Path) -> str:
 
 
 def plot(csv_path: Path, png_path: Path) -> None:
-    import matplotlib
+    plt = pyplot()
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with csv_path.open() as f:
-        rows = [r for r in csv.DictReader(f) if r["method"] != "DE"]
+    rows = [r for r in read_csv(csv_path) if r["method"] != "DE"]
     fig, ax = plt.subplots(figsize=(6, 4))
     for method in sorted({r["method"] for r in rows}):
         rs = [r for r in rows if r["method"] == method]
@@ -345,21 +301,21 @@ def plot(csv_path: Path, png_path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__, whole_doc=True)
     parser.add_argument("--quick", action="store_true", help="short budgets on two small sets (minutes)")
     parser.add_argument("--profile", choices=sorted(PROFILES), default=None)
     parser.add_argument("--datasets", nargs="+")
     parser.add_argument("--seeds", nargs="+", type=int)
-    parser.add_argument("--data", help="folder with the UCI .data files")
+    add_common_options(parser, data="the UCI .data files")
     parser.add_argument("--stats", choices=["train", "full"], default="train")
     parser.add_argument("--bde-warmups", nargs="+", type=int, help="BDE warmup lengths (default: the profile's)")
     parser.add_argument("--bde-chain-methods", nargs="+", default=["sequential"],
                         choices=["sequential", "vectorized"])
-    parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "uci"), help="output folder")
+    add_common_options(parser, out_dir=ROOT / "docs" / "benchmarks" / "uci")
     parser.add_argument("--projection-of", default=None,
                         help="a results folder whose projected times this run's full-budget times check")
-    parser.add_argument("--render-only", action="store_true",
-                        help="only rewrite results.md and the plot from the CSV (e.g. while a run is going on)")
+    add_common_options(parser, render_only="only rewrite results.md and the plot from the CSV (e.g. while a run is "
+                                           "going on)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one (dataset, seed), in-process
     args = parser.parse_args(argv)
     profile = dict(PROFILES[args.profile or ("quick" if args.quick else "full")])
@@ -372,8 +328,8 @@ def main(argv=None) -> int:
     folder = data_dir(args.data)
     out = Path(args.out)
     if args.render_only:
-        render(out, args, f"python benchmarks/uci.py --profile {args.profile or ('quick' if args.quick else 'full')} "
-                          f"--out {args.out}", profile)
+        render(out, args, command_line(__file__, ["--profile", args.profile or ("quick" if args.quick else "full"),
+                                                  "--out", args.out]), profile)
         return 0
     missing = [d for d in profile["datasets"] if not (folder / f"{d}.data").exists()]
     if missing:
@@ -398,14 +354,13 @@ def main(argv=None) -> int:
             if subprocess.run(child).returncode != 0:
                 failed.append(f"{dataset} seed {seed}")
                 print(f"[{dataset} seed {seed}] failed (see above); rerun to resume", file=sys.stderr)
-    render(out, args, "python benchmarks/uci.py " + " ".join(argv), profile)
+    render(out, args, command_line(__file__, argv), profile)
     return 1 if failed else 0
 
 
 def early_stopping_note(csv_path: Path, profile: dict) -> str:
     """A sentence on the deep ensemble's early-stopping rule: the profile's, and that of rows measured before."""
-    with csv_path.open() as f:
-        rules = [r.get("de_early_stopping") or "" for r in csv.DictReader(f)]
+    rules = [r.get("de_early_stopping") or "" for r in read_csv(csv_path)]
     rule = profile.get("de_early_stopping", "best")
     text = (f"\nDeep ensemble early stopping (`deep_ensemble(early_stopping=...)`): this profile uses '{rule}'"
             + (" (the MILE reference code's rule: stop when each of the last 10 validation losses is >= the loss "
@@ -422,12 +377,11 @@ def render(out: Path, args, command: str, profile: dict) -> None:
     """results.md (tables + targets) and lppd_vs_time.png from ``out/results.csv``."""
     csv_path = out / "results.csv"
     table = summarise(csv_path)
-    with csv_path.open() as f:
-        done = {(r["dataset"], r["seed"]) for r in csv.DictReader(f)}
+    done = {(r["dataset"], r["seed"]) for r in read_csv(csv_path)}
     planned = [(d, str(s)) for d in profile["datasets"] for s in profile["seeds"]]
     missing = [f"{d} seed {s}" for d, s in planned if (d, s) not in done]
     (out / "results.md").write_text(
-        f"# UCI benchmark: DE vs BDE vs MILE\n\nGenerated by `{command}` on {machine()} ({versions()}).\n"
+        f"# UCI benchmark: DE vs BDE vs MILE\n\nGenerated by `{command}` on {machine_summary()}.\n"
         f"Standardisation: {args.stats}-split statistics. Times are wall seconds including start-up and "
         "compilation; `compile s` in the CSV is a tiny run with the same shapes. Each row's load average is in "
         "the CSV: on a shared machine compare CPU seconds rather than wall seconds. The >= 5 time target is checked on "
@@ -435,7 +389,7 @@ def render(out: Path, args, command: str, profile: dict) -> None:
         "MILE's vectorized chains keep two cores busy (more CPU than wall seconds), sequential NUTS about one. "
         "A budget marked 'projected' was run short: RMSE, LPPD, ESS and cR-hat are the short run's, and only its "
         "time is projected to the stated budget from the measured cost per step (MILE) or per warmup iteration "
-        "and per draw (BDE; see numpyro_mile.experiments.run_bde).\n"
+        "and per draw (BDE; see numpyro_mile.compare.run_bde).\n"
         + early_stopping_note(csv_path, profile)
         + (f"\nNot run yet (the run is resumable): {', '.join(missing)}.\n" if missing else "")
         + "\n" + table + "\n\n"

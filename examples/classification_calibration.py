@@ -20,8 +20,8 @@ from numpyro.infer import MCMC
 
 from numpyro_mile import MILE, approx, deep_ensemble, metrics
 from numpyro_mile.datasets import digits
-from numpyro_mile.experiments import predictive_probs
 from numpyro_mile.models import mlp_classification
+from numpyro_mile.predictive import predictive_probs
 
 OPTIONS = dict(num_classes=10, hidden=(16, 16))
 

@@ -22,7 +22,7 @@ from numpyro.infer import MCMC
 
 from numpyro_mile import MILE
 from numpyro_mile.datasets import digits
-from numpyro_mile.experiments import evaluate_classification
+from numpyro_mile.predictive import evaluate_classification
 
 NUM_CLASSES = 10
 

@@ -22,8 +22,8 @@ import jax
 import numpy as np
 
 from numpyro_mile import deep_ensemble
+from numpyro_mile.compare import format_table, run_bde, run_de, run_mile
 from numpyro_mile.datasets import load_uci, split, standardize, toy_regression
-from numpyro_mile.experiments import format_table, run_bde, run_de, run_mile
 from numpyro_mile.models import mlp_regression
 
 
