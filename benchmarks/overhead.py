@@ -54,7 +54,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import (DEFAULT_DATA, ROOT, CompileClock, command_line, load_average, machine_lines, markdown_table,
+from _common import (ROOT, CompileClock, add_common_options, argument_parser, command_line, compile_ahead, data_dir,
+                     finished, load_average, machine_lines, markdown_table,
                      timed)
 
 REPORT = ROOT / "docs" / "benchmarks" / "overhead.md"
@@ -62,17 +63,14 @@ HIDDEN = (16, 16)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--chains", type=int, default=12, help="chains K of the per-step part (default 12)")
     parser.add_argument("--steps", type=int, default=500, help="steps per timed loop (default 500)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (default 3)")
     parser.add_argument("--mcmc-steps", type=int, default=2000, help="W + S of the MCMC two-point run (default 2000)")
     parser.add_argument("--no-reference-budget", action="store_true", help="skip part 3")
     parser.add_argument("--before", default=None, help="git revision to measure part 1 (a) for, as 'before'")
-    parser.add_argument("--data", default=None, help="folder with airfoil.data (default $NUMPYRO_MILE_DATA, "
-                                                     "else ../shared/data/uci)")
-    parser.add_argument("--output", default=str(REPORT))
-    parser.add_argument("--no-write", action="store_true", help="print the report only")
+    add_common_options(parser, data="airfoil.data", output=REPORT, no_write="print the report only")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cache", default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -130,12 +128,12 @@ def load_data(data_arg):
 
     from numpyro_mile.datasets import load_uci, split, standardize, toy_regression
 
-    data_dir = data_arg or os.environ.get("NUMPYRO_MILE_DATA") or str(DEFAULT_DATA)
+    folder = data_dir(data_arg)
     try:
-        X, y = load_uci("airfoil", data_dir=data_dir)
+        X, y = load_uci("airfoil", data_dir=folder)
     except FileNotFoundError:
         X, y = toy_regression(1000)
-        desc = f"toy_regression(1000) (FALLBACK: airfoil.data not found in {data_dir})"
+        desc = f"toy_regression(1000) (FALLBACK: airfoil.data not found in {folder})"
     else:
         parts, _ = standardize(split(X, y, seed=0))
         X, y = parts.train
@@ -173,15 +171,10 @@ def per_step(args) -> dict:
             z = jax.tree.map(lambda a, b: a - 1e-9 * b, z, g)
         return z
 
-    def compiled(fn, *example):
-        start = time.perf_counter()
-        out = jax.jit(fn).lower(*example).compile()
-        return out, time.perf_counter() - start
-
-    floor, c_floor = compiled(lambda z, X, y: lax.fori_loop(0, steps, lambda _, z: jax.vmap(
+    floor, c_floor = compile_ahead(lambda z, X, y: lax.fori_loop(0, steps, lambda _, z: jax.vmap(
         two_grads, (0, None, None))(z, X, y), z), z0, Xj, yj)
     one = jax.tree.map(lambda a: a[0], z0)
-    single, c_single = compiled(lambda z, X, y: lax.fori_loop(0, steps, lambda _, z: two_grads(z, X, y), z),
+    single, c_single = compile_ahead(lambda z, X, y: lax.fori_loop(0, steps, lambda _, z: two_grads(z, X, y), z),
                                 one, Xj, yj)
 
     # MILE: a short vectorized run for tuned step size / L, and its state for the step loop
@@ -191,7 +184,7 @@ def per_step(args) -> dict:
     mcmc.run(jax.random.PRNGKey(1), X, y, hidden=HIDDEN, init_params=z0)
     state = mcmc.last_state
     step_size, L = float(jnp.mean(state.step_size)), float(jnp.mean(state.L))
-    mile_loop, c_mile = compiled(lambda s: lax.fori_loop(0, steps, lambda _, s: kernel.sample(
+    mile_loop, c_mile = compile_ahead(lambda s: lax.fori_loop(0, steps, lambda _, s: kernel.sample(
         s, (X, y), {"hidden": HIDDEN}), s), state)
 
     algorithm = blackjax.mclmc(lambda z: -potential(z, Xj, yj), L=L, step_size=step_size)
@@ -206,7 +199,7 @@ def per_step(args) -> dict:
             return s, k
         return lax.fori_loop(0, steps, body, (s, k))
 
-    blackjax_loop, c_bj = compiled(bj_loop, bj_state, keys)
+    blackjax_loop, c_bj = compile_ahead(bj_loop, bj_state, keys)
 
     contenders = {
         "floor: 2 vmapped gradients": lambda: floor(z0, Xj, yj),
@@ -270,26 +263,16 @@ REFERENCE_QUOTED = {"MILE authors' code": ("67-135", "0.580 ± 0.014"), "scikit-
                                                                                                     "0.576 ± 0.021")}
 
 
-def _finished(mcmc):
-    """``mcmc`` once its draws are computed (``MCMC.run`` returns while the computation still runs)."""
-    import jax
-
-    jax.block_until_ready(mcmc.get_samples())
-    return mcmc
-
-
 def reference_budget(args) -> list[dict]:
     import jax
-    import numpy as np
     from numpyro.infer import MCMC
 
     from numpyro_mile import MILE, deep_ensemble
     from numpyro_mile.datasets import load_uci, split, standardize
-    from numpyro_mile.experiments import evaluate_regression
+    from numpyro_mile.predictive import evaluate_regression
     from numpyro_mile.models import mlp_regression
 
-    data_dir = args.data or os.environ.get("NUMPYRO_MILE_DATA") or str(DEFAULT_DATA)
-    X, y = load_uci("airfoil", data_dir=data_dir)
+    X, y = load_uci("airfoil", data_dir=data_dir(args.data))
     clock = CompileClock.get()
     rows = []
     for seed in (1, 2, 3):
@@ -305,9 +288,9 @@ def reference_budget(args) -> list[dict]:
             mcmc.run(key_mile, *train, init_params=de.init_params, hidden=HIDDEN)
             return mcmc
 
-        timed(lambda: _finished(run(20, 10)))  # the same shapes: fills the persistent cache
+        timed(lambda: finished(run(20, 10)))  # the same shapes: fills the persistent cache
         with clock.measure():  # blocked on the draws: MCMC.run returns before the computation ends
-            mcmc, t = timed(lambda: _finished(run(10_000, 2_000)))
+            mcmc, t = timed(lambda: finished(run(10_000, 2_000)))
         compile_s = clock.total
         _, lppd = evaluate_regression(mlp_regression, mcmc.get_samples(), *test, hidden=HIDDEN)
         rows.append({"seed": seed, "wall": t.wall, "cpu": t.cpu, "compile": compile_s, "lppd": float(lppd),
