@@ -6,7 +6,7 @@ from ._version import __version__
 from .baselines import bde
 from .ensemble import DeepEnsemble, deep_ensemble
 from .inference_data import load_inference_data, to_inference_data
-from .kernels import ICSGLD, MILE, SGLD, ICSGLDState, MILEState, SGLDState
+from .kernels import ICSGLD, MILE, SGLD, SMILE, ICSGLDState, MILEState, SGLDState, SMILEState
 from .kernels.icsgld import importance_weights
 from .predictive import log_likelihood, predict
 from .runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -17,7 +17,7 @@ from .runs.sample_store import SampleStore, load_samples
 __all__ = [
     "__version__",
     # kernels and their states
-    "MILE", "MILEState", "SGLD", "SGLDState", "ICSGLD", "ICSGLDState",
+    "MILE", "MILEState", "SGLD", "SGLDState", "ICSGLD", "ICSGLDState", "SMILE", "SMILEState",
     # deep ensembles and the BDE baseline
     "DeepEnsemble", "deep_ensemble", "bde",
     # predictions and reporting

@@ -239,3 +239,18 @@ def test_rejected_steps_are_counted_and_reported_after_the_run():
     assert len(messages) == 1 and "NaN or infinite" in messages[0] and "SGLD" in messages[0]
     with pytest.warns(RuntimeWarning, match="SGLD rejected"):
         to_inference_data(mcmc)
+
+
+def test_numpy_data_indexed_through_the_plate():
+    """A model that indexes NumPy data with the plate's indices (``X[idx]``) runs (the kernel passes JAX arrays)."""
+
+    def regression(X, y, subsample_size=None):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+        with numpyro.plate("data", X.shape[0], subsample_size=subsample_size) as idx:
+            numpyro.sample("y", dist.Normal(X[idx] @ w, 1.0), obs=y[idx])
+
+    X = np.random.default_rng(0).normal(size=(50, 2)).astype(np.float32)
+    y = X @ np.array([1.0, -1.0], np.float32)
+    mcmc = MCMC(SGLD(regression, 1e-3), num_warmup=10, num_samples=10, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), X, y, subsample_size=10)
+    assert mcmc.get_samples()["w"].shape == (10, 2)

@@ -1,0 +1,252 @@
+"""SMILE / pSMILE: the tuner's arithmetic, the step's bookkeeping, and exact Gaussian targets with
+injected gradient noise (no bias for isotropic noise, bias for anisotropic noise, removed by the
+preconditioner), then the kernel through NumPyro's MCMC on a model with a subsample plate."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+import scipy.stats
+from numpyro.infer import MCMC
+
+from numpyro_mile import SMILE, to_inference_data
+from numpyro_mile.kernels import _smile_tuning as tuner
+from numpyro_mile.kernels.smile import SMILEConfig, SMILEState, smile_step
+
+Z = 5.0  # tolerance in Monte Carlo standard errors
+
+
+# ---------------------------------------------------------------------------------------------- tuner
+@pytest.mark.parametrize("shape", [0.05, 0.3, 1.0, 2.0, 10.0, 300.0])
+def test_gamma_quantile_is_exact(shape):
+    for p in (0.01, 0.05, 0.5, 0.95, 0.98):
+        got = float(tuner.gamma_quantile(p, jnp.float32(shape), jnp.float32(2.5)))
+        want = scipy.stats.gamma.ppf(p, shape, scale=2.5)
+        assert got == pytest.approx(want, rel=1e-3), (shape, p)
+
+
+def _stats_of(samples, beta=0.01):
+    stats = tuner.init_stats()
+    for x in samples:
+        stats = tuner.update_stats(stats, jnp.float32(x), beta)
+    return stats
+
+
+def test_tuner_rules():
+    settings = tuner.TunerSettings(reset_quantile=0.98, adapt_prob=0.1, adapt_strength=0.02)
+    settled = _stats_of(np.random.default_rng(0).gamma(2.0, 1.0, 500))
+    mean, var = tuner.corrected(settled, settings.beta)
+    assert float(mean) == pytest.approx(2.0, rel=0.3) and float(var) == pytest.approx(2.0, rel=0.6)
+    eps = jnp.float32(0.1)
+    # a typical |dE| leaves the step size alone; a small one grows it, a large one shrinks it, a huge one resets
+    assert tuner.tune(settled, jnp.float32(float(mean)), eps, settings) == (pytest.approx(0.1, rel=1e-6), False)
+    assert float(tuner.tune(settled, jnp.float32(1e-3), eps, settings)[0]) == pytest.approx(0.102, rel=1e-6)
+    shape = float(mean) ** 2 / float(var)
+    shrink_at, reset_at = (scipy.stats.gamma.ppf(p, shape, scale=float(mean) / shape) for p in (0.95, 0.98))
+    new, reset = tuner.tune(settled, jnp.float32(0.5 * (shrink_at + reset_at)), eps, settings)
+    assert float(new) == pytest.approx(0.098, rel=1e-6) and not reset
+    new, reset = tuner.tune(settled, jnp.float32(1e3), eps, settings)
+    assert float(new) == pytest.approx(0.098, rel=1e-6) and bool(reset)
+    new, reset = tuner.tune(settled, jnp.float32(np.nan), eps, settings)
+    assert float(new) == pytest.approx(0.098, rel=1e-6) and bool(reset)
+    # nothing happens while the averages settle (fewer than 10 steps), except resetting non-finite steps
+    early = _stats_of([1.0] * 5)
+    assert tuner.tune(early, jnp.float32(1e3), eps, settings) == (pytest.approx(0.1, rel=1e-6), False)
+    assert bool(tuner.tune(early, jnp.float32(np.inf), eps, settings)[1])
+    # the naive setting never changes the step size or resets a finite step
+    naive = tuner.TunerSettings(reset_quantile=1.0, adapt_prob=0.0, adapt_strength=0.0)
+    assert tuner.tune(settled, jnp.float32(1e6), eps, naive) == (pytest.approx(0.1, rel=1e-6), False)
+    # the step size stays within [1e-8, 10]
+    assert float(tuner.tune(settled, jnp.float32(1e-3), jnp.float32(10.0), settings)[0]) == pytest.approx(10.0, rel=1e-6)
+    assert float(tuner.tune(settled, jnp.float32(1e3), jnp.float32(1e-8), settings)[0]) == pytest.approx(1e-8, rel=1e-6)
+    # a near-constant |dE| (no minibatch noise) does not put every threshold on the mean (shape <= 100), and
+    # a tiny one does not put them all near 0 (shape >= 0.3)
+    constant = _stats_of([1.0] * 200)
+    assert tuner.tune(constant, jnp.float32(1.05), eps, settings) == (pytest.approx(0.1, rel=1e-6), False)
+    tiny = _stats_of(np.random.default_rng(1).gamma(0.01, 1e-6, 300))
+    typical = tuner.corrected(tiny, settings.beta)[0]
+    assert tuner.tune(tiny, typical, eps, settings) == (pytest.approx(0.1, rel=1e-6), False)
+
+
+def _synthetic_run(settings, num_chains=64, num_steps=3000, shape=2.0):
+    """Step sizes and resets of the tuner fed |dE| ~ Gamma(shape, 1), independent of the step size."""
+
+    def chain(key):
+        def body(carry, key):
+            stats, eps = carry
+            x = jax.random.gamma(key, shape)
+            eps, reset = tuner.tune(stats, x, eps, settings)
+            return (tuner.update_stats(stats, x, settings.beta), eps), reset
+
+        (_, eps), resets = jax.lax.scan(body, (tuner.init_stats(), jnp.float32(1.0)),
+                                        jax.random.split(key, num_steps))
+        return eps, resets
+
+    eps, resets = jax.jit(jax.vmap(chain))(jax.random.split(jax.random.PRNGKey(0), num_chains))
+    return np.log(np.asarray(eps)), np.asarray(resets)[:, 100:].mean()
+
+
+def test_symmetric_tuner_does_not_drift_where_the_reference_rule_does():
+    settings = tuner.TunerSettings(reset_quantile=0.98, adapt_prob=0.1, adapt_strength=0.02)
+    log_eps, reset_rate = _synthetic_run(settings)
+    # a random walk of +-2 % steps with probability 0.05 each: sd of the mean log step size after 3,000 steps
+    se = np.sqrt(3000 * 0.1 * np.log(1.02) ** 2 / len(log_eps))
+    assert abs(log_eps.mean()) < Z * se  # no drift (the reference's 1/3-2/3 split drifts by -2.1 here)
+    assert 0.015 < reset_rate < 0.03  # ~2 % of the steps exceed the 98 % quantile
+    reference_drift = 3000 * (0.1 / 3 * np.log(1.02) + 0.2 / 3 * np.log(0.98))
+    assert reference_drift < -20 * se  # the test could tell the reference rule apart
+
+
+# ---------------------------------------------------------------------------------------------- the step
+STDS = np.logspace(-1, 1, 10).astype(np.float32)
+
+
+def _gaussian_state(x, config_precondition=False, step_size=0.05, seed=0):
+    """SMILE states (chain axis first) at positions ``x`` (chains, d) of N(0, diag(STDS^2))."""
+    n, d = x.shape
+    grad = -x / STDS**2
+    ones = jnp.ones((n, d)) if config_precondition else None
+    return SMILEState(
+        i=jnp.asarray(0), z={"x": jnp.asarray(x)}, momentum=jnp.zeros((n, d)),
+        logdensity=-0.5 * jnp.sum(x**2 / STDS**2, axis=1), logdensity_grad=jnp.asarray(grad),
+        step_size=jnp.full((n,), step_size, jnp.float32), stats=jax.vmap(lambda _: tuner.init_stats())(jnp.arange(n)),
+        energy_change=jnp.zeros((n,)), reset=jnp.zeros((n,), bool), num_resets=jnp.zeros((n,), jnp.int32),
+        num_nans=jnp.zeros((n,), jnp.int32), grad_mean=ones, grad_var=ones,
+        rng_key=jax.random.split(jax.random.PRNGKey(seed), n),
+    )
+
+
+AXES = SMILEState(None, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+NAIVE = tuner.TunerSettings(reset_quantile=1.0, adapt_prob=0.0, adapt_strength=0.0)
+
+
+def _noisy_potential(noise_std):
+    """U(x) = sum x^2 / (2 s^2) + xi . x with xi ~ N(0, noise_std^2) per minibatch key: additive gradient noise."""
+    noise_std = jnp.asarray(noise_std, jnp.float32)
+
+    def potential(z, key):
+        x = z["x"]
+        xi = noise_std * jax.random.normal(key, x.shape)
+        return 0.5 * jnp.sum(x**2 / STDS**2) + jnp.dot(jax.lax.stop_gradient(xi), x)
+
+    return potential
+
+
+def test_two_gradient_evaluations_per_step_and_reversibility():
+    calls = []
+
+    def potential(z, key):
+        calls.append(1)
+        return 0.5 * jnp.sum(z["x"] ** 2 / STDS**2)
+
+    config = SMILEConfig(0, NAIVE, False, False, None)
+    x0 = np.random.default_rng(1).normal(size=(1, 10)).astype(np.float32) * STDS
+    batch = _gaussian_state(x0, step_size=0.01)
+    state = jax.tree.map(lambda a: a[0], batch._replace(i=jnp.zeros(1, jnp.int32)))
+    state = state._replace(momentum=jnp.ones(10) / np.sqrt(10.0))
+    moved = smile_step(state, potential, config)
+    assert len(calls) == 2  # two value_and_grad evaluations (the first kick reuses the stored gradient)
+    assert float(jnp.linalg.norm(moved.momentum)) == pytest.approx(1.0, abs=1e-5)
+    # without noise the palindromic step is time-reversible: flip the velocity, step, flip back
+    back = smile_step(moved._replace(momentum=-moved.momentum), potential, config)
+    np.testing.assert_allclose(back.z["x"], state.z["x"], atol=2e-5)
+    np.testing.assert_allclose(-back.momentum, state.momentum, atol=2e-5)
+    # without noise the energy error is small and of both signs; it enters with the kinetic change
+    assert abs(float(moved.energy_change)) < 1e-3
+
+
+def _run_gaussian(noise_std, precondition, step_size, num_steps, num_chains=64, burn=2000, seed=0):
+    """Per-coordinate variance ratios (chain / target), their MC standard errors, and d E[u_i^2]."""
+    config = SMILEConfig(burn if precondition else 0, NAIVE, precondition, False, None)
+    potential = _noisy_potential(noise_std)
+    x0 = np.random.default_rng(seed).normal(size=(num_chains, 10)).astype(np.float32) * STDS  # exact draws
+    step = jax.vmap(lambda s: smile_step(s, potential, config), in_axes=(AXES,), out_axes=AXES)
+
+    @jax.jit
+    def run(state):
+        state = jax.lax.fori_loop(0, burn, lambda _, s: step(s), state)  # velocity (and preconditioner) settle
+
+        def body(s, _):
+            s = step(s)
+            return s, (s.z["x"], s.momentum)
+
+        return jax.lax.scan(body, state, None, length=num_steps)[1]
+
+    xs, us = run(_gaussian_state(x0, precondition, step_size, seed))
+    x2 = np.asarray(xs, np.float64) ** 2 / STDS**2  # (steps, chains, d): E = 1 under the target
+    ratio = x2.mean(axis=(0, 1))
+    # MC error from the per-chain means (chains are independent)
+    se = x2.mean(axis=0).std(axis=0, ddof=1) / np.sqrt(num_chains)
+    due = 10 * (np.asarray(us, np.float64) ** 2).mean(axis=(0, 1))
+    return ratio, se, due
+
+
+def _bias(ratio):
+    return float(np.mean((ratio - 1.0) ** 2 / 2.0))
+
+
+def test_isotropic_noise_leaves_no_bias():
+    ratio, se, due = _run_gaussian(3.0, False, 0.05, 20_000)
+    assert np.all(np.abs(ratio - 1.0) < np.maximum(Z * se, 0.03)), (ratio, se)
+    # pooled over the coordinates (a tempered kernel, gradients x 0.8, gives 1.25 and fails here)
+    assert abs(ratio.mean() - 1.0) < Z * np.sqrt(np.sum(se**2)) / len(se)
+    np.testing.assert_allclose(due, 1.0, atol=0.1)  # the velocity is uniform on the sphere
+
+
+def test_anisotropic_noise_biases_and_the_preconditioner_removes_most_of_it():
+    noise = 3.0 * STDS / np.sqrt(np.mean(STDS**2))  # noise sd proportional to the target sd, RMS 3
+    ratio, se, due = _run_gaussian(noise, False, 0.05, 20_000)
+    assert _bias(ratio) > 0.5  # failure mode 1: noisy directions over-dispersed, quiet ones under-dispersed
+    assert ratio[-1] > 1.5 and ratio[0] < 0.7
+    # the target-free diagnostic tracks the variance ratio
+    np.testing.assert_allclose(due, ratio, rtol=0.35)
+
+    noise = 30.0 * STDS / np.sqrt(np.mean(STDS**2))  # strong noise: fast velocity decoherence
+    plain, _, _ = _run_gaussian(noise, False, 0.005, 20_000)
+    pre, se, _ = _run_gaussian(noise, True, 0.005, 20_000)
+    assert _bias(plain) > 0.3
+    # the online estimate over-estimates the noise where the true gradient varies more than the noise (the
+    # quiet, small-variance coordinates here), which leaves a floor (b^2 ~ 0.1, as ../shared/SMILE.md 3.2 found)
+    assert _bias(pre) < 0.2 and _bias(pre) < _bias(plain) / 3
+
+
+# ---------------------------------------------------------------------------------------------- through MCMC
+def linear_regression(X, y=None, subsample_size=None):
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    with numpyro.plate("data", X.shape[0], subsample_size=subsample_size) as idx:
+        numpyro.sample("y", dist.Normal(X[idx] @ w, 1.0), obs=None if y is None else y[idx])
+
+
+def test_kernel_runs_through_mcmc_and_reports():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 3)).astype(np.float32)
+    y = (X @ np.array([1.0, -1.0, 0.5]) + rng.normal(size=2000)).astype(np.float32)
+    kernel = SMILE(linear_regression, 5e-3, precondition=True)
+    mcmc = MCMC(kernel, num_warmup=1000, num_samples=1000, num_chains=2, chain_method="vectorized",
+                progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), X, y, subsample_size=100, extra_fields=("step_size", "num_resets", "reset"))
+    w = np.asarray(mcmc.get_samples()["w"])
+    # posterior mean within a few posterior sds (~1/sqrt(2000)) of the least-squares fit (a loose smoke check)
+    ls = np.linalg.lstsq(X, y, rcond=None)[0]
+    assert np.all(np.abs(w.mean(0) - ls) < 0.1)
+    fields = mcmc.get_extra_fields()
+    assert np.all(np.asarray(fields["step_size"]) > 0)
+    assert int(np.asarray(mcmc.last_state.num_resets).max()) < 0.2 * 2000
+    # sequential chains give the same draws as vectorized ones
+    seq = MCMC(SMILE(linear_regression, 5e-3, precondition=True), num_warmup=1000, num_samples=1000, num_chains=2,
+               chain_method="sequential", progress_bar=False)
+    seq.run(jax.random.PRNGKey(0), X, y, subsample_size=100)
+    np.testing.assert_allclose(np.asarray(seq.get_samples()["w"]), w, atol=1e-3)
+    idata = to_inference_data(mcmc)
+    assert idata.posterior["w"].shape == (2, 1000, 3)
+
+
+def test_bad_settings_raise():
+    for bad in [dict(step_size=0.0), dict(reset_quantile=0.0), dict(adapt_prob=1.0), dict(smoothing=0.0),
+                dict(L=-1.0)]:
+        with pytest.raises(ValueError):
+            SMILE(linear_regression, **bad)
+    with pytest.raises(ValueError, match="callable"):
+        SMILE(None)
