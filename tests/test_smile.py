@@ -231,8 +231,11 @@ def test_kernel_runs_through_mcmc_and_reports():
     # posterior mean within a few posterior sds (~1/sqrt(2000)) of the least-squares fit (a loose smoke check)
     ls = np.linalg.lstsq(X, y, rcond=None)[0]
     assert np.all(np.abs(w.mean(0) - ls) < 0.1)
-    fields = mcmc.get_extra_fields()
-    assert np.all(np.asarray(fields["step_size"]) > 0)
+    fields = mcmc.get_extra_fields(group_by_chain=True)
+    step_sizes = np.asarray(fields["step_size"])
+    assert np.all(step_sizes > 0)
+    assert np.all(step_sizes == step_sizes[:, :1])  # adapted during warmup only: fixed while sampling
+    assert np.any(step_sizes[:, 0] != 5e-3)  # ... and it did adapt
     assert int(np.asarray(mcmc.last_state.num_resets).max()) < 0.2 * 2000
     # sequential chains give the same draws as vectorized ones
     seq = MCMC(SMILE(linear_regression, 5e-3, precondition=True), num_warmup=1000, num_samples=1000, num_chains=2,
@@ -250,3 +253,26 @@ def test_bad_settings_raise():
             SMILE(linear_regression, **bad)
     with pytest.raises(ValueError, match="callable"):
         SMILE(None)
+
+
+def test_run_chunked_resumes_smile_bit_for_bit(tmp_path):
+    from numpyro_mile import run_chunked
+
+    rng = np.random.default_rng(1)
+    X = jnp.asarray(rng.normal(size=(500, 3)), jnp.float32)
+    y = X @ jnp.array([1.0, -1.0, 0.5]) + jnp.asarray(rng.normal(size=500), jnp.float32)
+
+    def make():
+        return MCMC(SMILE(linear_regression, 5e-3, precondition=True), num_warmup=60, num_samples=40, num_chains=2,
+                    chain_method="vectorized", progress_bar=False)
+
+    whole = make()
+    whole.run(jax.random.PRNGKey(3), X, y, subsample_size=50)
+    stops = []
+    out = run_chunked(make(), jax.random.PRNGKey(3), X, y, subsample_size=50, checkpoint_path=tmp_path / "s.ckpt",
+                      chunk_size=25, callback=lambda p: stops.append(p.step) or len(stops) == 2)  # stop mid-warmup
+    assert not out.finished and out.step == 50
+    out = run_chunked(make(), jax.random.PRNGKey(3), X, y, subsample_size=50, checkpoint_path=tmp_path / "s.ckpt",
+                      chunk_size=25)
+    assert out.finished
+    np.testing.assert_array_equal(out.get_samples()["w"], np.asarray(whole.get_samples()["w"]))

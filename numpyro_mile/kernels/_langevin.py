@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+from numpyro.util import is_prng_key
 
 from .._arrays import to_host
 from ..minibatch import MinibatchModel
@@ -198,6 +199,7 @@ class MinibatchKernel(ChainKernel):
         self.init_strategy = init_strategy
         self._mb: MinibatchModel | None = None
         self._programs = ProgramsPerArgs()
+        self._batched = False
 
     def postprocess_fn(self, args, kwargs):
         if self._mb is None:
@@ -217,6 +219,22 @@ class MinibatchKernel(ChainKernel):
         state = init(keys, init_params)
         check_initial_state(self.kernel_name, state.potential_energy, state.z_grad, state.z)
         return state
+
+    def _init_independent(self, rng_key, init_params, model_args, model_kwargs):
+        """``init`` of chains that do not interact: one chain (``rng_key`` a key) or a batch of them (a
+        leading axis of keys: ``vectorized``), each state made by ``self._init_state(z, energy, grad, key)``."""
+        self._batched = not is_prng_key(rng_key)
+        keys = rng_key if self._batched else rng_key[None]
+        state = self._init_chains(keys, init_params, model_args, model_kwargs, self._batched,
+                                  jax.vmap(self._init_state, out_axes=self.state_axes))
+        if not self._batched:
+            state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
+        return state
+
+    def _sample_independent(self, state, model_args, model_kwargs, step: Callable):
+        """``sample`` of chains that do not interact: ``step(state, potential, self._config)`` per chain."""
+        potential, config = self._potential(model_args, model_kwargs), self._config
+        return self.over_chains(lambda s: step(s, potential, config), self._batched)(state)
 
     def _potential(self, model_args, model_kwargs) -> Callable:
         """``potential(z, minibatch_key)``: the minibatch potential energy of this run's model."""

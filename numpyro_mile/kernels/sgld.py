@@ -39,7 +39,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.util import is_prng_key
 
 from ._langevin import (MinibatchKernel, Moments, RunningMoments, as_schedule, langevin_move, polynomial_schedule,
                         sgld_transition, welford)
@@ -199,7 +198,6 @@ class SGLD(MinibatchKernel):
         self.rmsprop_decay, self.rmsprop_eps = float(rmsprop_decay), float(rmsprop_eps)
         self._running_moments = bool(running_moments)
         self._config: SGLDConfig | None = None
-        self._batched = False
 
     # ------------------------------------------------------------------ NumPyro interface
     @property
@@ -212,19 +210,12 @@ class SGLD(MinibatchKernel):
         )
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
-        self._batched = not is_prng_key(rng_key)
-        keys = rng_key if self._batched else rng_key[None]
         self._config = SGLDConfig(self.schedule, self.temperature, self.rmsprop_decay, self.rmsprop_eps,
                                   int(num_warmup))
-        state = self._init_chains(keys, init_params, model_args, model_kwargs, self._batched,
-                                  jax.vmap(self._init_state, out_axes=self.state_axes))
-        if not self._batched:
-            state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
-        return state
+        return self._init_independent(rng_key, init_params, model_args, model_kwargs)
 
     def sample(self, state: SGLDState, model_args, model_kwargs) -> SGLDState:
-        potential, config = self._potential(model_args, model_kwargs), self._config
-        return self.over_chains(lambda s: sgld_step(s, potential, config), self._batched)(state)
+        return self._sample_independent(state, model_args, model_kwargs, sgld_step)
 
     # ------------------------------------------------------------------ results
     def running_moments(self, state: SGLDState, combine_chains: bool = True) -> Moments:

@@ -44,7 +44,6 @@ import numpy as np
 from blackjax.mcmc.integrators import esh_dynamics_momentum_update_one_step, partially_refresh_momentum
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.util import is_prng_key
 
 from . import _smile_tuning as tuner
 from ._langevin import MinibatchKernel
@@ -278,7 +277,6 @@ class SMILE(MinibatchKernel):
         self.adapt_during_sampling = bool(adapt_during_sampling)
         self.L = None if L is None else float(L)
         self._config: SMILEConfig | None = None
-        self._batched = False
 
     # ------------------------------------------------------------------ NumPyro interface
     @property
@@ -290,19 +288,12 @@ class SMILE(MinibatchKernel):
             float(jnp.mean(state.step_size)), int(jnp.sum(state.num_resets)), int(jnp.sum(state.num_nans)))
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
-        self._batched = not is_prng_key(rng_key)
-        keys = rng_key if self._batched else rng_key[None]
         self._config = SMILEConfig(int(num_warmup), self.tuner, self.precondition, self.adapt_during_sampling,
                                    self.L)
-        state = self._init_chains(keys, init_params, model_args, model_kwargs, self._batched,
-                                  jax.vmap(self._init_state, out_axes=self.state_axes))
-        if not self._batched:
-            state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
-        return state
+        return self._init_independent(rng_key, init_params, model_args, model_kwargs)
 
     def sample(self, state: SMILEState, model_args, model_kwargs) -> SMILEState:
-        potential, config = self._potential(model_args, model_kwargs), self._config
-        return self.over_chains(lambda s: smile_step(s, potential, config), self._batched)(state)
+        return self._sample_independent(state, model_args, model_kwargs, smile_step)
 
     def run_warnings(self, state: SMILEState) -> list[str]:
         """Non-finite energy errors, and a reset rate above 20 % (from ``mcmc.last_state``)."""
