@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 from jax.experimental import multihost_utils
@@ -45,6 +46,12 @@ def round_to_dtype(values, store_dtype) -> np.ndarray:
     if dtype is None or values.dtype.kind != "f" and values.dtype != STORE_DTYPES["bfloat16"]:
         return values
     return values.astype(dtype)
+
+
+def as_jax_arrays(tree: Any) -> Any:
+    """NumPy arrays in ``tree`` as JAX arrays (other leaves unchanged), so that a model can index them with
+    traced row indices (``X[idx]`` inside a subsample plate)."""
+    return jax.tree.map(lambda a: jnp.asarray(a) if isinstance(a, np.ndarray) else a, tree)
 
 
 def to_host(tree: Any) -> Any:

@@ -29,7 +29,7 @@ from numpyro.infer.util import constrain_fn
 from . import _model_utils as mu
 from . import _programs
 from ._validation import is_concrete
-from ._arrays import to_host
+from ._arrays import as_jax_arrays, to_host
 
 logger = logging.getLogger(__name__)
 
@@ -110,11 +110,6 @@ def init_member_params(rng_key, trace: dict) -> dict:
     the unconstrained ones (``K - 1`` for a ``Dirichlet`` of size ``K``).
     """
     return _init_params(rng_key, tuple(mu.unconstrained_shapes(trace).items()))
-
-
-def _as_jax_arrays(tree):
-    """NumPy arrays in ``tree`` as JAX arrays, so that a model can index them with traced row indices."""
-    return jax.tree.map(lambda a: jnp.asarray(a) if isinstance(a, np.ndarray) else a, tree)
 
 
 def _minibatch_failure(nll, params, data, indices, n) -> str | None:
@@ -277,9 +272,9 @@ def fit_members(
     optimizer = _DEFAULT_OPTIMIZER if optimizer is None else optimizer
     if early_stopping not in EARLY_STOPPING_RULES:
         raise ValueError(f"early_stopping must be one of {EARLY_STOPPING_RULES}, got {early_stopping!r}.")
-    model_args, model_kwargs = _as_jax_arrays(tuple(model_args)), _as_jax_arrays(dict(model_kwargs))
+    model_args, model_kwargs = as_jax_arrays(tuple(model_args)), as_jax_arrays(dict(model_kwargs))
     if isinstance(validation, (tuple, list)):
-        validation = _as_jax_arrays(tuple(validation))
+        validation = as_jax_arrays(tuple(validation))
     trace = mu.trace_model(model, model_args, model_kwargs)
     plate = mu.observation_plate(trace) if plate_name is None else mu.plates(trace).get(plate_name)
     if plate is None:
@@ -476,3 +471,29 @@ def deep_ensemble(
         early_stopping=early_stopping,
         progress_bar=progress_bar,
     )
+
+
+def pretraining_plate(trace: dict, plate_name: str | None, kernel_name: str):
+    """The plate a kernel's deep-ensemble pretraining would minibatch, or ``None`` (the kernel then starts
+    from its ``init_strategy``), warning once with the reason: no single plate holds the observed sites,
+    or latent sites lie inside it (one value per row, which a likelihood-only fit cannot estimate)."""
+    plate = mu.observation_plate(trace) if plate_name is None else mu.plates(trace).get(plate_name)
+    observed = list(mu.observed_sites(trace))
+    if plate is None:
+        if observed:
+            warnings.warn(
+                f"{kernel_name} found no single plate holding the observed site(s) {observed} (none, or several "
+                "nested ones), so it does not pretrain a deep ensemble and starts from init_strategy. Name the plate: "
+                f"{kernel_name}(model, ensemble_options=dict(plate_name=...)), or pass init_params.",
+                UserWarning, stacklevel=4)
+        return None
+    local = [name for name, site in mu.latent_sites(trace).items()
+             if any(frame.name == plate.name for frame in site.get("cond_indep_stack", ()))]
+    if local:
+        warnings.warn(
+            f"{kernel_name} does not pretrain a deep ensemble for this model: latent site(s) {local} lie inside the "
+            f"observation plate {plate.name!r} (one value per row), which the ensemble's likelihood-only fit "
+            "cannot estimate. It starts from init_strategy; pass init_params to start elsewhere.",
+            UserWarning, stacklevel=4)
+        return None
+    return plate

@@ -223,7 +223,7 @@ def test_kernel_runs_through_mcmc_and_reports():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(2000, 3)).astype(np.float32)
     y = (X @ np.array([1.0, -1.0, 0.5]) + rng.normal(size=2000)).astype(np.float32)
-    kernel = SMILE(linear_regression, 5e-3, precondition=True)
+    kernel = SMILE(linear_regression, 5e-3, precondition=True, ensemble_options=dict(max_epochs=20, progress_bar=False))
     mcmc = MCMC(kernel, num_warmup=1000, num_samples=1000, num_chains=2, chain_method="vectorized",
                 progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), X, y, subsample_size=100, extra_fields=("step_size", "num_resets", "reset"))
@@ -238,7 +238,10 @@ def test_kernel_runs_through_mcmc_and_reports():
     assert np.any(step_sizes[:, 0] != 5e-3)  # ... and it did adapt
     assert int(np.asarray(mcmc.last_state.num_resets).max()) < 0.2 * 2000
     # sequential chains give the same draws as vectorized ones
-    seq = MCMC(SMILE(linear_regression, 5e-3, precondition=True), num_warmup=1000, num_samples=1000, num_chains=2,
+    assert len(kernel.ensembles) == 1 and kernel.ensembles[0].train_loss.shape[0] == 2  # started from 2 members
+    seq = MCMC(SMILE(linear_regression, 5e-3, precondition=True, ensemble_options=dict(max_epochs=20,
+                                                                                     progress_bar=False)),
+               num_warmup=1000, num_samples=1000, num_chains=2,
                chain_method="sequential", progress_bar=False)
     seq.run(jax.random.PRNGKey(0), X, y, subsample_size=100)
     np.testing.assert_allclose(np.asarray(seq.get_samples()["w"]), w, atol=1e-3)
@@ -263,7 +266,7 @@ def test_run_chunked_resumes_smile_bit_for_bit(tmp_path):
     y = X @ jnp.array([1.0, -1.0, 0.5]) + jnp.asarray(rng.normal(size=500), jnp.float32)
 
     def make():
-        return MCMC(SMILE(linear_regression, 5e-3, precondition=True), num_warmup=60, num_samples=40, num_chains=2,
+        return MCMC(SMILE(linear_regression, 5e-3, precondition=True, pretrain=False), num_warmup=60, num_samples=40, num_chains=2,
                     chain_method="vectorized", progress_bar=False)
 
     whole = make()

@@ -23,11 +23,11 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.util import is_prng_key
 
-from .._arrays import to_host
+from .._arrays import as_jax_arrays, to_host
 from ..minibatch import MinibatchModel
 from ._base import ChainKernel, ProgramsPerArgs
 
-__all__ = ["MinibatchKernel", "Moments", "RunningMoments", "as_schedule", "build_init", "chain_keys",
+__all__ = ["MinibatchKernel", "Moments", "RunningMoments", "as_jax_args", "as_schedule", "build_init", "chain_keys",
            "check_initial_state", "langevin_move", "polynomial_schedule", "sgld_transition", "welford"]
 
 
@@ -204,12 +204,12 @@ class MinibatchKernel(ChainKernel):
     def postprocess_fn(self, args, kwargs):
         if self._mb is None:
             return lambda z: z
-        return self._mb.postprocess_fn(*_as_jax(args, kwargs))
+        return self._mb.postprocess_fn(*as_jax_args(args, kwargs))
 
     def _init_chains(self, keys, init_params, model_args, model_kwargs, batched: bool, make_state: Callable):
         """States of the chains with keys ``keys`` (a leading chain axis), from ``init_params`` (with a
         chain axis when ``batched``) or the init strategy; sets up the minibatch model of this run."""
-        model_args, model_kwargs = _as_jax(model_args, model_kwargs)
+        model_args, model_kwargs = as_jax_args(model_args, model_kwargs)
         self._mb = MinibatchModel(self._model, model_args, model_kwargs, kernel_name=self.kernel_name,
                                   rng_key=keys[0])
         if init_params is not None:
@@ -238,11 +238,10 @@ class MinibatchKernel(ChainKernel):
 
     def _potential(self, model_args, model_kwargs) -> Callable:
         """``potential(z, minibatch_key)``: the minibatch potential energy of this run's model."""
-        return self._mb.potential_fn(*_as_jax(model_args, model_kwargs))
+        return self._mb.potential_fn(*as_jax_args(model_args, model_kwargs))
 
 
-def _as_jax(model_args, model_kwargs) -> tuple[tuple, dict]:
-    """The model's arguments with NumPy arrays as JAX arrays: a model that indexes its data with the
-    subsample plate's (traced) indices, ``X[idx]``, then works with NumPy data too."""
-    convert = lambda a: jnp.asarray(a) if isinstance(a, np.ndarray) else a  # noqa: E731
-    return tuple(jax.tree.map(convert, tuple(model_args))), jax.tree.map(convert, dict(model_kwargs or {}))
+def as_jax_args(model_args, model_kwargs) -> tuple[tuple, dict]:
+    """The model's arguments with NumPy arrays as JAX arrays (:func:`numpyro_mile._arrays.as_jax_arrays`): a
+    model that indexes its data with the subsample plate's (traced) indices, ``X[idx]``, works with NumPy data."""
+    return as_jax_arrays(tuple(model_args)), as_jax_arrays(dict(model_kwargs or {}))

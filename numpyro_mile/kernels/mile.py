@@ -9,7 +9,6 @@ the Sampling of Bayesian Neural Networks", ICLR 2025.
 
 from __future__ import annotations
 
-import warnings
 from functools import partial
 from typing import Callable, NamedTuple
 
@@ -25,7 +24,7 @@ from numpyro.util import is_prng_key
 from .. import _model_utils as mu
 from .. import _programs
 from .._validation import is_concrete
-from ..ensemble import DeepEnsemble, fit_members
+from ..ensemble import DeepEnsemble, fit_members, pretraining_plate
 from . import _mclmc as mclmc
 from ._base import ChainKernel, over_chains
 from . import _mile_tuning as tuning
@@ -405,7 +404,7 @@ class MILE(ChainKernel):
             self._postprocess_fn_gen = lambda *args, **kwargs: partial(mu.constrain, trace)
 
         if init_params is None:
-            has_plate = self.pretrain and self._pretraining_plate(trace) is not None
+            has_plate = self.pretrain and pretraining_plate(trace, self.ensemble_options.get("plate_name"), "MILE") is not None
             if has_plate:
                 options = {"progress_bar": True, **self.ensemble_options}
                 ensemble = fit_members(self._model, pretrain_keys, model_args, model_kwargs, **options)
@@ -532,30 +531,6 @@ class MILE(ChainKernel):
                              store_dtype=store_dtype, **model_kwargs)
 
     # ------------------------------------------------------------------ internals
-    def _pretraining_plate(self, trace):
-        """The plate pretraining would minibatch, or ``None`` (start from ``init_strategy``), saying why once."""
-        plate_name = self.ensemble_options.get("plate_name")
-        plate = mu.observation_plate(trace) if plate_name is None else mu.plates(trace).get(plate_name)
-        observed = list(mu.observed_sites(trace))
-        if plate is None:
-            if observed:
-                warnings.warn(
-                    f"MILE found no single plate holding the observed site(s) {observed} (none, or several nested "
-                    "ones), so it does not pretrain a deep ensemble and starts from init_strategy. Name the plate: "
-                    "MILE(model, ensemble_options=dict(plate_name=...)), or pass init_params.",
-                    UserWarning, stacklevel=4)
-            return None
-        local = [name for name, site in mu.latent_sites(trace).items()
-                 if any(frame.name == plate.name for frame in site.get("cond_indep_stack", ()))]
-        if local:
-            warnings.warn(
-                f"MILE does not pretrain a deep ensemble for this model: latent site(s) {local} lie inside the "
-                f"observation plate {plate.name!r} (one value per row), which the ensemble's likelihood-only fit "
-                "cannot estimate. It starts from init_strategy; pass init_params to start elsewhere.",
-                UserWarning, stacklevel=4)
-            return None
-        return plate
-
     def _check_potential_init_params(self, init_params, num_chains):
         """``init_params`` of a ``potential_fn`` run, validated, with a leading chain axis."""
         if init_params is None:

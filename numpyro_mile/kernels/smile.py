@@ -36,6 +36,7 @@ aligns it with the gradient).
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, NamedTuple
 
 import jax
@@ -44,9 +45,13 @@ import numpy as np
 from blackjax.mcmc.integrators import esh_dynamics_momentum_update_one_step, partially_refresh_momentum
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.initialization import init_to_uniform
+from numpyro.util import is_prng_key
 
+from .. import _model_utils as mu
+from .._validation import is_concrete
+from ..ensemble import DeepEnsemble, fit_members, pretraining_plate
 from . import _smile_tuning as tuner
-from ._langevin import MinibatchKernel
+from ._langevin import MinibatchKernel, as_jax_args
 
 __all__ = ["SMILE", "SMILEConfig", "SMILEState", "smile_step"]
 
@@ -197,8 +202,9 @@ class SMILE(MinibatchKernel):
     Write the model with ``numpyro.plate("data", N, subsample_size=n)`` (as
     :func:`numpyro_mile.models.mlp_regression` does with ``subsample_size=n``): every step draws
     a fresh minibatch of ``n`` rows and takes two gradients of NumPyro's scaled minibatch
-    potential on it. Start the chains from a deep ensemble (``init_params=deep_ensemble(...)
-    .init_params``) as MILE does, or from ``init_strategy``. Chains never interact:
+    potential on it. As MILE, the chains start from a deep ensemble trained here (one member per
+    chain; the members are kept in ``kernel.ensembles``) unless ``init_params`` are given or
+    ``pretrain=False`` (then from ``init_strategy``). Chains never interact:
     ``sequential``, ``vectorized`` and ``parallel`` all work. The algorithm, the tuner and their
     defaults are in the module docstrings of :mod:`numpyro_mile.kernels.smile` and
     :mod:`numpyro_mile.kernels._smile_tuning`.
@@ -219,7 +225,13 @@ class SMILE(MinibatchKernel):
     :param L: momentum decoherence length of an optional explicit partial refresh per step
         (a safety net when the minibatch noise is weak, e.g. batches close to the full data);
         ``None`` (default): the gradient noise is the only randomness.
-    :param init_strategy: NumPyro init strategy when no ``init_params`` are given.
+    :param pretrain: train a deep ensemble (one member per chain) as the start when no
+        ``init_params`` are given and the model has an observation plate
+        (:func:`numpyro_mile.deep_ensemble`; its minibatches are its own, ``subsample_size`` does
+        not change them).
+    :param ensemble_options: keyword arguments of :func:`numpyro_mile.deep_ensemble`
+        (``optimizer``, ``batch_size``, ``max_epochs``, ``validation``, ``early_stopping``, ...).
+    :param init_strategy: NumPyro init strategy when not pretraining.
 
     Extra fields: ``step_size``, ``energy_change``, ``reset``, ``num_resets``, ``num_nans``,
     ``potential_energy`` (minibatch).
@@ -234,8 +246,10 @@ class SMILE(MinibatchKernel):
         >>> from numpyro_mile.datasets import toy_regression
         >>> from numpyro_mile.models import mlp_regression
         >>> X, y = toy_regression(200)
-        >>> mcmc = MCMC(SMILE(mlp_regression, 1e-3, precondition=True), num_warmup=100, num_samples=50,
-        ...             num_chains=2, chain_method="vectorized", progress_bar=False)
+        >>> kernel = SMILE(mlp_regression, 1e-3, precondition=True,
+        ...                ensemble_options=dict(max_epochs=20, progress_bar=False))
+        >>> mcmc = MCMC(kernel, num_warmup=100, num_samples=50, num_chains=2, chain_method="vectorized",
+        ...             progress_bar=False)
         >>> mcmc.run(jax.random.PRNGKey(0), X, y, hidden=(8,), subsample_size=32)
         >>> mcmc.get_samples(group_by_chain=True)["w0"].shape
         (2, 50, 1, 8)
@@ -257,6 +271,8 @@ class SMILE(MinibatchKernel):
         smoothing: float = 0.01,
         adapt_during_sampling: bool = False,
         L: float | None = None,
+        pretrain: bool = True,
+        ensemble_options: dict | None = None,
         init_strategy: Callable = init_to_uniform,
     ):
         super().__init__(model, init_strategy)
@@ -276,6 +292,10 @@ class SMILE(MinibatchKernel):
                                          float(smoothing))
         self.adapt_during_sampling = bool(adapt_during_sampling)
         self.L = None if L is None else float(L)
+        self.pretrain = bool(pretrain)
+        self.ensemble_options = dict(ensemble_options or {})
+        #: deep ensembles trained by ``init`` (one entry per call: all chains when vectorized)
+        self.ensembles: list[DeepEnsemble] = []
         self._config: SMILEConfig | None = None
 
     # ------------------------------------------------------------------ NumPyro interface
@@ -290,6 +310,8 @@ class SMILE(MinibatchKernel):
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         self._config = SMILEConfig(int(num_warmup), self.tuner, self.precondition, self.adapt_during_sampling,
                                    self.L)
+        if init_params is None and self.pretrain:
+            init_params = self._pretrained(rng_key, model_args, model_kwargs)
         return self._init_independent(rng_key, init_params, model_args, model_kwargs)
 
     def sample(self, state: SMILEState, model_args, model_kwargs) -> SMILEState:
@@ -308,6 +330,27 @@ class SMILE(MinibatchKernel):
         return messages
 
     # ------------------------------------------------------------------ internals
+    def _pretrained(self, rng_key, model_args, model_kwargs):
+        """A deep ensemble's members as ``init_params`` (a chain axis when vectorized), or ``None`` when the
+        model has no observation plate to pretrain on (with a warning saying why)."""
+        batched = not is_prng_key(rng_key)
+        keys = rng_key if batched else rng_key[None]
+        model_args, model_kwargs = as_jax_args(model_args, model_kwargs)
+        trace = mu.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
+        if pretraining_plate(trace, self.ensemble_options.get("plate_name"), self.kernel_name) is None:
+            return None
+        member_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)  # chain k's member depends on its key only
+        with warnings.catch_warnings():
+            # the ensemble draws its own minibatches through the plate; NumPyro notes that their size is not the
+            # model's subsample_size, which is expected here (the members are the same with or without it)
+            warnings.filterwarnings("ignore", message="subsample_size does not match", category=UserWarning)
+            ensemble = fit_members(self._model, member_keys, model_args, model_kwargs,
+                                   **{"progress_bar": True, **self.ensemble_options})
+        if is_concrete(member_keys):  # not under pmap: keep the ensemble for the user
+            self.ensembles.append(ensemble)
+        params = ensemble.init_params
+        return params if batched else jax.tree.map(lambda x: x[0], params)
+
     def _init_state(self, z, energy, grad, key) -> SMILEState:
         flat, _ = ravel_pytree(z)
         if flat.shape[0] < 2:
