@@ -1,0 +1,190 @@
+"""Minibatch samplers on the large UCI sets: DE vs full-batch MILE vs SMILE vs pSMILE vs SGLD, one ensemble.
+
+For each (dataset, seed): one deep ensemble of ``--chains`` members (MILE's early stopping) is the
+start of every sampler; full-batch MILE, SMILE and pSMILE (``--batch`` rows per gradient, two
+gradients per step) and SGLD (one per step) run ``vectorized`` chains from it. Reported per method:
+test RMSE and LPPD, sampler wall and CPU seconds (start-up and compilation included; ``compile s``
+is a 20-step run of the same shapes), and the gradient budget in full-data gradient equivalents
+(minibatch gradients count ``batch / N``). One CSV row per (dataset, seed, method); rows already in
+the CSV are skipped (resumable). Then a markdown page with mean ± sd over seeds, the issue's targets
+(pSMILE within 0.05 LPPD of MILE, above DE, in at most 1/5 of MILE's sampler time) and a plot of
+LPPD against sampler time.
+
+Usage::
+
+    python benchmarks/sgmcmc_large.py --quick                     # bikesharing, one seed, short budgets
+    python benchmarks/sgmcmc_large.py --datasets protein --seeds 1 # the issue's target setting
+    python benchmarks/sgmcmc_large.py --render-only               # the page from the CSV
+
+Not yet included: ICSGLD (its energy bins need a per-dataset range), and the small UCI sets at the
+SMILE paper's settings.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (ROOT, Stopwatch, add_common_options, append_csv, argument_parser, command_line, data_dir,
+                     load_average, machine_lines, machine_summary, markdown_table, pyplot, read_csv)
+
+OUT = ROOT / "docs" / "benchmarks" / "sgmcmc_large"
+FIELDS = ["dataset", "seed", "method", "rmse", "lppd", "sampler_seconds", "sampler_cpu_seconds", "compile_seconds",
+          "grad_equivalents", "num_chains", "budget", "de_seconds", "loadavg", "machine"]
+METHODS = ("DE", "MILE", "SMILE", "pSMILE", "SGLD")
+PROFILES = {
+    # MILE at the paper's budget; the minibatch samplers at the SMILE paper's UCI budget (50k + 10k, thinning 10)
+    "full": dict(chains=4, mile=(50_000, 10_000), minibatch=(50_000, 10_000), thinning=10, max_epochs=500),
+    "quick": dict(chains=4, mile=(2_000, 1_000), minibatch=(2_000, 1_000), thinning=10, max_epochs=50),
+}
+
+
+def parse_args(argv=None):
+    parser = argument_parser(__doc__)
+    parser.add_argument("--datasets", nargs="+", default=["protein", "bikesharing"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--quick", action="store_true", help="bikesharing, seed 1, short budgets")
+    parser.add_argument("--batch", type=int, default=256, help="rows per minibatch gradient (default 256)")
+    parser.add_argument("--smile-step", type=float, default=1e-3, help="initial SMILE step size (default 1e-3)")
+    parser.add_argument("--sgld-step", type=float, default=1e-5, help="SGLD step size (default 1e-5)")
+    add_common_options(parser, data="the UCI files", out_dir=OUT, render_only="write the page from the CSV only")
+    return parser.parse_args(argv)
+
+
+def run_one(dataset: str, seed: int, profile: dict, args, csv_path: Path) -> None:
+    from numpyro_mile import SGLD, SMILE, deep_ensemble
+    from numpyro_mile.compare import run_de, run_mile, run_minibatch
+    from numpyro_mile.datasets import load_uci, split, standardize
+    from numpyro_mile.models import mlp_regression
+
+    done = {(r["dataset"], r["seed"], r["method"]) for r in read_csv(csv_path, missing_ok=True)}
+    todo = [m for m in METHODS if (dataset, str(seed), m) not in done]
+    if not todo:
+        return
+    X, y = load_uci(dataset, data_dir=data_dir(args.data))
+    (train, val, test), _ = standardize(split(X, y, seed=seed))
+    key_de, key_mile, key_sg = jax.random.split(jax.random.PRNGKey(seed), 3)
+    with Stopwatch() as clock:
+        de = deep_ensemble(mlp_regression, key_de, profile["chains"], *train, validation=val, early_stopping="mile",
+                           max_epochs=profile["max_epochs"], progress_bar=False)
+    common = dict(dataset=dataset, seed=seed, num_chains=profile["chains"], de_seconds=round(clock.wall, 1),
+                  machine=machine_summary())
+
+    def record(result, budget):
+        row = {**common, "method": result.method, "rmse": round(result.rmse, 4), "lppd": round(result.lppd, 4),
+               "sampler_seconds": round(result.seconds, 2), "sampler_cpu_seconds": round(result.cpu_seconds, 2),
+               "compile_seconds": round(result.compile_seconds, 2), "grad_equivalents": result.grad_evals,
+               "budget": budget, "loadavg": f"{load_average():.1f}"}
+        append_csv(csv_path, [row], FIELDS)
+        print(f"[{dataset} seed {seed}] {result.method}: LPPD {result.lppd:.3f} in {result.seconds:.1f} s",
+              file=sys.stderr)
+
+    thinning = profile["thinning"]
+    (mw, ms), (sw, ss) = profile["mile"], profile["minibatch"]
+    if "DE" in todo:
+        record(run_de(mlp_regression, de, *test), "members")
+    if "MILE" in todo:
+        record(run_mile(mlp_regression, de, train, *test, rng_key=key_mile, num_warmup=mw, num_samples=ms,
+                        thinning=thinning), f"{mw}+{ms}/{thinning}, full batch")
+    kernels = {"SMILE": (lambda: SMILE(mlp_regression, args.smile_step), 2),
+               "pSMILE": (lambda: SMILE(mlp_regression, args.smile_step, precondition=True), 2),
+               "SGLD": (lambda: SGLD(mlp_regression, args.sgld_step), 1)}
+    for label, (make, grads_per_step) in kernels.items():
+        if label in todo:
+            r = run_minibatch(label, make(), mlp_regression, de, train, *test, rng_key=key_sg, num_warmup=sw,
+                              num_samples=ss, subsample_size=args.batch, grads_per_step=grads_per_step,
+                              thinning=thinning)
+            record(r, f"{sw}+{ss}/{thinning}, batch {args.batch}")
+
+
+def _mean_sd(values) -> str:
+    values = np.asarray(values, float)
+    return f"{values.mean():.3f} ± {values.std(ddof=1):.3f}" if len(values) > 1 else f"{values.mean():.3f}"
+
+
+def render(out: Path, command: str) -> str:
+    rows = read_csv(out / "results.csv", missing_ok=True)
+    lines = ["# Minibatch samplers on the large UCI sets", "", "Generated by `benchmarks/sgmcmc_large.py` (method in "
+             "its docstring); command:", "", "```", command, "```", ""]
+    if not rows:
+        return "\n".join(lines + ["No results yet.", ""])
+    table = []
+    for dataset in sorted({r["dataset"] for r in rows}):
+        for method in METHODS:
+            group = [r for r in rows if r["dataset"] == dataset and r["method"] == method]
+            if not group:
+                continue
+            table.append([dataset, method, len(group), _mean_sd([float(r["rmse"]) for r in group]),
+                          _mean_sd([float(r["lppd"]) for r in group]),
+                          _mean_sd([float(r["sampler_seconds"]) for r in group]),
+                          _mean_sd([float(r["sampler_cpu_seconds"]) for r in group]),
+                          f"{np.mean([float(r['grad_equivalents']) for r in group]):,.0f}", group[0]["budget"]])
+    lines += markdown_table(["dataset", "method", "seeds", "RMSE", "LPPD", "sampler s", "CPU s",
+                             "full-data gradients", "budget"], table, "llrrrrrrl") + [""]
+    lines += ["## Targets (issue #19: pSMILE within 0.05 LPPD of MILE, above DE, in <= 1/5 of MILE's time)", ""]
+    for dataset in sorted({r["dataset"] for r in rows}):
+        by = {m: [r for r in rows if r["dataset"] == dataset and r["method"] == m] for m in METHODS}
+        if not (by["pSMILE"] and by["MILE"] and by["DE"]):
+            continue
+        lppd = {m: np.mean([float(r["lppd"]) for r in by[m]]) for m in ("pSMILE", "MILE", "DE")}
+        ratio = np.mean([float(r["sampler_seconds"]) for r in by["pSMILE"]]) / np.mean(
+            [float(r["sampler_seconds"]) for r in by["MILE"]])
+        gap = lppd["MILE"] - lppd["pSMILE"]
+        lines.append(f"- {dataset}: MILE - pSMILE LPPD {gap:+.3f} ({'met' if gap <= 0.05 else 'missed'}: <= 0.05); "
+                     f"pSMILE - DE {lppd['pSMILE'] - lppd['DE']:+.3f} "
+                     f"({'met' if lppd['pSMILE'] > lppd['DE'] else 'missed'}); time pSMILE / MILE {ratio:.2f} "
+                     f"({'met' if ratio <= 0.2 else 'missed'}: <= 0.2)")
+    loads = [float(r["loadavg"]) for r in rows]
+    lines += ["", "## Machine", ""] + machine_lines() + [
+        f"- load average (1 min) after the rows: {min(loads):.1f} to {max(loads):.1f}", ""]
+    return "\n".join(lines)
+
+
+def plot(out: Path) -> None:
+    rows = read_csv(out / "results.csv", missing_ok=True)
+    if not rows:
+        return
+    plt = pyplot()
+    datasets = sorted({r["dataset"] for r in rows})
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets):
+        for method in METHODS[1:]:
+            group = [r for r in rows if r["dataset"] == dataset and r["method"] == method]
+            if group:
+                ax.scatter([float(r["sampler_seconds"]) for r in group], [float(r["lppd"]) for r in group],
+                           label=method)
+        de = [float(r["lppd"]) for r in rows if r["dataset"] == dataset and r["method"] == "DE"]
+        if de:
+            ax.axhline(np.mean(de), color="grey", linestyle="--", label="DE")
+        ax.set(xscale="log", xlabel="sampler seconds (log)", ylabel="test LPPD", title=dataset)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "lppd_vs_time.png", dpi=120)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    profile = PROFILES["quick" if args.quick else "full"]
+    out = Path(args.out)
+    if args.quick:
+        args.datasets, args.seeds = ["bikesharing"], [1]
+        if out == OUT:
+            out = OUT.with_name("sgmcmc_large_quick")
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.render_only:
+        for dataset in args.datasets:
+            for seed in args.seeds:
+                run_one(dataset, seed, profile, args, out / "results.csv")
+    (out / "results.md").write_text(render(out, command_line()))
+    plot(out)
+    print((out / "results.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
