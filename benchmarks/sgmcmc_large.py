@@ -51,7 +51,8 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true", help="bikesharing, seed 1, short budgets")
     parser.add_argument("--batch", type=int, default=256, help="rows per minibatch gradient (default 256)")
     parser.add_argument("--smile-step", type=float, default=1e-3, help="initial SMILE step size (default 1e-3)")
-    parser.add_argument("--sgld-step", type=float, default=1e-5, help="SGLD step size (default 1e-5)")
+    parser.add_argument("--sgld-step", type=float, default=1e-6, help="SGLD step size (default 1e-6; 1e-5 diverged on "
+                                                                       "bikesharing with batch 256)")
     add_common_options(parser, data="the UCI files", out_dir=OUT, render_only="write the page from the CSV only")
     return parser.parse_args(argv)
 
@@ -91,15 +92,15 @@ def run_one(dataset: str, seed: int, profile: dict, args, csv_path: Path) -> Non
     if "MILE" in todo:
         record(run_mile(mlp_regression, de, train, *test, rng_key=key_mile, num_warmup=mw, num_samples=ms,
                         thinning=thinning), f"{mw}+{ms}/{thinning}, full batch")
-    kernels = {"SMILE": (lambda: SMILE(mlp_regression, args.smile_step), 2),
-               "pSMILE": (lambda: SMILE(mlp_regression, args.smile_step, precondition=True), 2),
-               "SGLD": (lambda: SGLD(mlp_regression, args.sgld_step), 1)}
-    for label, (make, grads_per_step) in kernels.items():
+    kernels = {"SMILE": (lambda: SMILE(mlp_regression, args.smile_step), 2, args.smile_step),
+               "pSMILE": (lambda: SMILE(mlp_regression, args.smile_step, precondition=True), 2, args.smile_step),
+               "SGLD": (lambda: SGLD(mlp_regression, args.sgld_step), 1, args.sgld_step)}
+    for label, (make, grads_per_step, step_size) in kernels.items():
         if label in todo:
             r = run_minibatch(label, make(), mlp_regression, de, train, *test, rng_key=key_sg, num_warmup=sw,
                               num_samples=ss, subsample_size=args.batch, grads_per_step=grads_per_step,
                               thinning=thinning)
-            record(r, f"{sw}+{ss}/{thinning}, batch {args.batch}")
+            record(r, f"{sw}+{ss}/{thinning}, batch {args.batch}, step {step_size:g}")
 
 
 def _mean_sd(values) -> str:
