@@ -32,6 +32,11 @@ its weaknesses), each pinned by a test:
   at the shipped settings); the symmetric rule has no drift there.
 - **Bias-corrected averages** from the first step (the reference's variance average starts near
   zero for ~100 steps).
+- **Outliers enter the averages clipped** at the reset threshold (the reference averages them as they
+  are: on protein a single reset step with ``|dE| ~ 1e18`` lifted the mean ~1e13-fold, every later
+  step then fell below the grow threshold, the step size grew 2 % per step to the cap 10 and the
+  chain was lost). Clipped, one outlier moves the mean by a few per cent, while a real shift of
+  ``|dE|`` upwards (resets every step) still lifts the mean by ~3 % per step until it is absorbed.
 - **A reset reverts the log density and gradient too** (the reference keeps those of the
   rejected proposal, so the next energy error compares different positions).
 """
@@ -49,6 +54,8 @@ __all__ = ["EnergyStats", "TunerSettings", "gamma_quantile", "init_stats", "tune
 #: steps before the step size may change or a reset may happen (the averages settle first)
 MIN_STEPS_BEFORE_TUNING = 10
 STEP_SIZE_MIN, STEP_SIZE_MAX = 1e-8, 10.0
+#: where ``|dE|`` is clipped before it is averaged when resets are off (with resets: the reset threshold)
+OUTLIER_QUANTILE_WITHOUT_RESETS = 0.999
 
 
 class TunerSettings(NamedTuple):
@@ -124,20 +131,23 @@ def gamma_quantile(p, shape, scale, num_iterations: int = 24) -> jax.Array:
     return jnp.exp(0.5 * (lo + hi))
 
 
-def tune(stats: EnergyStats, x, step_size, settings: TunerSettings) -> tuple[jax.Array, jax.Array]:
+def tune(stats: EnergyStats, x, step_size, settings: TunerSettings) -> tuple[jax.Array, jax.Array, EnergyStats]:
     """The step-size change and reset decision for a step with ``|dE| = x``, from the statistics
-    *before* the step. Returns ``(new step size, reset)``; a non-finite ``x`` always resets."""
+    *before* the step, and the statistics with ``x`` added.
+
+    Returns ``(new step size, reset, new statistics)``. A non-finite ``x`` always resets and is not
+    averaged; a reset step enters the averages clipped at the reset threshold (at the 0.999
+    quantile when resets are off), so one outlier moves the mean by a few per cent at most.
+    """
     mean, var = corrected(stats, settings.beta)
     mean = jnp.maximum(mean, 1e-12)
     shape = jnp.clip(jnp.square(mean) / jnp.maximum(var, 1e-30), settings.min_shape, settings.max_shape)
     scale = mean / shape
     active = stats.count >= MIN_STEPS_BEFORE_TUNING
     finite = jnp.isfinite(x)
-    if settings.reset_quantile < 1.0:
-        reset = active & (x > gamma_quantile(settings.reset_quantile, shape, scale))
-    else:
-        reset = jnp.zeros((), bool)
-    reset = reset | ~finite
+    outlier_at = gamma_quantile(min(settings.reset_quantile, OUTLIER_QUANTILE_WITHOUT_RESETS), shape, scale)
+    outlier = active & (x > outlier_at)
+    reset = (outlier if settings.reset_quantile < 1.0 else jnp.zeros((), bool)) | ~finite
     factor = jnp.ones_like(step_size)
     if settings.adapt_prob > 0 and settings.adapt_strength > 0:
         half = settings.adapt_prob / 2.0
@@ -146,4 +156,6 @@ def tune(stats: EnergyStats, x, step_size, settings: TunerSettings) -> tuple[jax
         factor = jnp.where(shrink, 1.0 - settings.adapt_strength, jnp.where(grow, 1.0 + settings.adapt_strength, 1.0))
         factor = jnp.where(active, factor, 1.0)
     new_step_size = jnp.clip(step_size * factor, STEP_SIZE_MIN, STEP_SIZE_MAX)
-    return new_step_size.astype(jnp.result_type(step_size)), reset
+    averaged = update_stats(stats, jnp.where(outlier, outlier_at, x).astype(stats.mean.dtype), settings.beta)
+    new_stats = jax.tree.map(lambda new, old: jnp.where(finite, new, old), averaged, stats)
+    return new_step_size.astype(jnp.result_type(step_size)), reset, new_stats

@@ -172,10 +172,8 @@ def smile_step(state: SMILEState, potential: Callable, config: SMILEConfig) -> S
 
     x_abs = jnp.abs(energy_change)
     finite = jnp.isfinite(x_abs) & jnp.all(jnp.isfinite(x2))
-    new_step_size, reset = tuner.tune(state.stats, jnp.where(finite, x_abs, jnp.inf), eps, config.tuner)
+    new_step_size, reset, stats = tuner.tune(state.stats, jnp.where(finite, x_abs, jnp.inf), eps, config.tuner)
     step_size = jnp.where(adapting, new_step_size, eps)
-    stats = jax.tree.map(lambda new, old: jnp.where(finite, new, old),
-                         tuner.update_stats(state.stats, x_abs, config.tuner.beta), state.stats)
 
     keep = ~reset
     position = jnp.where(keep, x2, x)
