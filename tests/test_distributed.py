@@ -8,8 +8,8 @@ compares the per-chain draws with a single-device ``vectorized`` run of the same
 Tolerances: the sharded program is the vectorized program partitioned by XLA, so differences
 can only come from float32 rounding (XLA may vectorise a block of 1 chain differently from a
 block of 6). SGLD and ICSGLD came out bit-identical here; MILE differs by up to ~3e-4 after 30
-steps because its step-size adaptation feeds rounding back into the dynamics. The tolerances
-(1e-5 and 1e-3) are far below the distance between *different* chains (checked: > 20 x the tolerance), so a
+steps because its step-size adaptation feeds rounding back into the dynamics (SMILE's tuner can do
+the same: it gets MILE's tolerance). The tolerances (1e-5 and 1e-3) are far below the distance between *different* chains (checked: > 20 x the tolerance), so a
 chain that received another chain's key, start or histogram would fail.
 """
 
@@ -29,7 +29,7 @@ from numpyro.infer import MCMC
 from numpyro_mile import run_distributed
 from numpyro_mile.runs.distributed import chain_mesh, collectives, padded_size, shard_chains, to_host
 
-TOL = {"mile": 1e-3, "sgld": 1e-5, "icsgld": 1e-5}
+TOL = {"mile": 1e-3, "sgld": 1e-5, "icsgld": 1e-5, "smile": 1e-3}
 COUNTS = (3, 4, 6)
 NUM_BINS = 22
 
@@ -45,12 +45,14 @@ rng = np.random.default_rng(0)
 X = jnp.asarray(rng.normal(size=(40, 2)), jnp.float32)
 y = X @ jnp.array([1.0, -0.5]) + 0.3 + 0.5 * jnp.asarray(rng.normal(size=40), jnp.float32)
 def kernel(name, pretrain_epochs=None):
-    from numpyro_mile import ICSGLD, MILE, SGLD
+    from numpyro_mile import ICSGLD, MILE, SGLD, SMILE
     if name == "mile":
         return MILE(linreg, phase_split=(0.4, 0.1, 0.5),
                     ensemble_options=dict(max_epochs=pretrain_epochs or 1, progress_bar=False))
     if name == "sgld":
         return SGLD(linreg, 1e-3)
+    if name == "smile":
+        return SMILE(linreg, 1e-3, precondition=True)
     return ICSGLD(linreg, 1e-3, zeta=1.0, num_bins=%d, bin_width=10.0, min_energy=0.0, sa_schedule=0.05)
 def model_kwargs(name):
     return {} if name == "mile" else dict(subsample_size=10)
@@ -78,7 +80,7 @@ def record(name, n, ref, mcmc, draws):
     if name == "icsgld":
         res["theta_diff"] = float(np.abs(np.asarray(ref.last_state.theta) - np.asarray(mcmc.last_state.theta)).max())
     out[f"{name}_{n}"] = res
-for name in ["mile", "sgld", "icsgld"]:
+for name in ["mile", "sgld", "icsgld", "smile"]:
     refs = {}
     for n in (3, 4, 6) if name == "icsgld" else (6,):  # ICSGLD's walkers interact: one reference per count
         refs[n] = new_mcmc(name, n)
@@ -174,7 +176,7 @@ def four_devices():
 
 
 # ---------------------------------------------------------------------------------------------- 4 devices
-@pytest.mark.parametrize("name", ["mile", "sgld", "icsgld"])
+@pytest.mark.parametrize("name", ["mile", "sgld", "icsgld", "smile"])
 def test_sharded_chains_equal_vectorized_chains(four_devices, name):
     for n in COUNTS:
         res = four_devices[f"{name}_{n}"]
@@ -191,6 +193,8 @@ def test_only_the_histogram_crosses_devices(four_devices):
     MILE: scalars each step, and once, at the end of warmup, an all-gather of the Phase III sample
     buffer (8 chains x 3 coordinates x 10 stored draws, zero-padded to 20 for the FFT, and its
     complex transform): XLA does not partition FFTs over a batch axis, so the ESS runs replicated.
+
+    SMILE: independent chains, nothing larger than a scalar.
     """
     ics = four_devices["icsgld_collectives"]
     assert ics and {op for op, _, _ in ics} == {"all-reduce"}
@@ -199,7 +203,8 @@ def test_only_the_histogram_crosses_devices(four_devices):
     mile = four_devices["mile_collectives"]
     big = [(op, count) for op, _, count in mile if count > 1]
     assert all(op == "all-gather" and count <= 8 * 3 * 20 for op, count in big), mile
-    for name in ("mile", "sgld", "icsgld"):  # per-chain state sharded, shared fields replicated
+    assert all(count <= 2 for _, _, count in four_devices["smile_collectives"])  # independent chains: scalars
+    for name in ("mile", "sgld", "icsgld", "smile"):  # per-chain state sharded, shared fields replicated
         assert set(four_devices[f"{name}_state_specs"]) <= {"('chains',)", "()"}
         assert "('chains',)" in four_devices[f"{name}_state_specs"]
 

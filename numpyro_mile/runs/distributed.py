@@ -259,7 +259,7 @@ def run_distributed(
     The chain keys are those of ``mcmc.run`` (``jax.random.split(rng_key, num_chains)``), so
     chain ``k`` gives the draws of chain ``k`` of an ordinary vectorized run with the same key
     (up to float rounding). Works for MILE (including its deep-ensemble pretraining, which is
-    sharded the same way), SGLD, ICSGLD and any per-chain NumPyro kernel that supports
+    sharded the same way), SMILE, SGLD, ICSGLD and any per-chain NumPyro kernel that supports
     ``vectorized``.
 
     After the call ``mcmc.get_samples()`` and ``mcmc.get_extra_fields()`` return the real
