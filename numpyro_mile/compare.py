@@ -16,7 +16,8 @@ from numpyro.infer import MCMC
 from .baselines import bde, bde_mcmc, chain_init_params
 from .diagnostics import chainwise_rhat, ess
 from .ensemble import DeepEnsemble
-from .kernels import MILE
+from .kernels import ICSGLD, MILE
+from .kernels.icsgld import importance_weights
 from .predictive import evaluate_regression
 
 
@@ -175,22 +176,24 @@ def run_minibatch(label: str, kernel, model, ensemble: DeepEnsemble, train, X_te
     rows per gradient), timed as :func:`run_mile` (``compile_seconds``: a 20-step run of the same shapes).
 
     ``grad_evals`` counts **full-data gradient equivalents**: ``chains x steps x grads_per_step x
-    subsample_size / N`` (``grads_per_step``: 2 for SMILE, 1 for SGLD), comparable with full-batch
-    MILE's gradient count.
+    subsample_size / N`` (``grads_per_step``: 2 for SMILE, 1 for SGLD and ICSGLD), comparable with
+    full-batch MILE's gradient count. ICSGLD's draws are evaluated with their importance weights.
     """
+    weighted = isinstance(kernel, ICSGLD)
     num_chains = int(jax.tree.leaves(ensemble.init_params)[0].shape[0])
     num_rows = int(np.shape(train[0])[0])
 
     def go(nw, ns):
         mcmc = MCMC(kernel, num_warmup=nw, num_samples=ns, num_chains=num_chains, thinning=thinning,
                     chain_method="vectorized", progress_bar=progress_bar)
-        mcmc.run(rng_key, *train, extra_fields=("num_nans",), init_params=ensemble.init_params,
-                 subsample_size=subsample_size, **model_kwargs)
+        mcmc.run(rng_key, *train, extra_fields=("num_nans", "bin") if weighted else ("num_nans",),
+                 init_params=ensemble.init_params, subsample_size=subsample_size, **model_kwargs)
         return mcmc
 
     _, compile_seconds = _wall(lambda: go(20, thinning))
     mcmc, seconds, cpu_seconds = _timed(lambda: go(num_warmup, num_samples))
-    rmse, lppd = evaluate_regression(model, mcmc.get_samples(), X_test, y_test, **model_kwargs)
+    weights = importance_weights(mcmc) if weighted else None
+    rmse, lppd = evaluate_regression(model, mcmc.get_samples(), X_test, y_test, weights=weights, **model_kwargs)
     ess_mean, crhat = _mixing(mcmc.get_samples(group_by_chain=True))
     nans = int(np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_nans"])[:, -1].sum())
     grads = int(round(num_chains * (num_warmup + num_samples) * grads_per_step * subsample_size / num_rows))

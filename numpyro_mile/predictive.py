@@ -420,12 +420,14 @@ def log_likelihood(
 
 
 # ============================================================================ evaluation on test data
-def evaluate_regression(model: Callable, samples: dict, X_test, y_test, **model_kwargs) -> tuple[float, float]:
-    """(RMSE, LPPD) on test data of a regression model with ``mu`` output; ``samples`` flat (S, ...)."""
+def evaluate_regression(model: Callable, samples: dict, X_test, y_test, *, weights=None,
+                        **model_kwargs) -> tuple[float, float]:
+    """(RMSE, LPPD) on test data of a regression model with ``mu`` output; ``samples`` flat (S, ...);
+    ``weights``: optional sample weights, shape ``(S,)`` (e.g. ICSGLD's importance weights)."""
     latent = {k: v for k, v in samples.items() if k not in ("mu", "sigma", "y")}
     ll = log_likelihood(model, latent, X_test, y_test, **model_kwargs)["y"]
     mu = predict(model, latent, X_test, return_sites=["mu"], rng_key=jax.random.PRNGKey(0), **model_kwargs)["mu"]
-    return metrics.rmse(y_test, mu), metrics.lppd(ll)
+    return metrics.rmse(y_test, mu, weights), metrics.lppd(ll, weights)
 
 
 def predictive_probs(model: Callable, samples: dict, X, batch_size: int = 100, **model_kwargs) -> np.ndarray:

@@ -139,6 +139,20 @@ def test_full_plate_model_leaves_full_batch_models_alone(data):
     assert wrapped is not mlp_regression and wrapped.__wrapped__ is mlp_regression
 
 
+def test_evaluate_regression_with_weights(data, samples):
+    X, y = data
+    plain = P.evaluate_regression(mlp_regression, samples, X, y, hidden=HIDDEN)
+    uniform = P.evaluate_regression(mlp_regression, samples, X, y, weights=np.full(NUM_SAMPLES, 1 / NUM_SAMPLES),
+                                    hidden=HIDDEN)
+    np.testing.assert_allclose(uniform, plain, rtol=1e-5)
+    # all the weight on draw 3: the metrics of draw 3 alone
+    one_hot = np.eye(NUM_SAMPLES)[3]
+    weighted = P.evaluate_regression(mlp_regression, samples, X, y, weights=one_hot, hidden=HIDDEN)
+    alone = P.evaluate_regression(mlp_regression, {k: v[3:4] for k, v in samples.items()}, X, y, hidden=HIDDEN)
+    np.testing.assert_allclose(weighted, alone, rtol=1e-5)
+    assert abs(weighted[1] - plain[1]) > 1e-3  # the weights changed the answer
+
+
 def test_errors(data, samples):
     X, y = data
     with pytest.raises(ValueError, match="batch_size"):
