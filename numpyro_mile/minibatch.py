@@ -70,6 +70,33 @@ def subsampled_plates(trace: dict, kernel_name: str = "This kernel") -> tuple[mu
     return tuple(out)
 
 
+def check_observations_indexed(trace: dict, plates: tuple[mu.PlateInfo, ...], kernel_name: str = "This kernel") -> None:
+    """Raise when an observed site in a subsampled plate has more rows along the plate than the minibatch.
+
+    Such a site observes the full data instead of the plate's rows (``obs=y`` rather than
+    ``obs=y[idx]``). With ``subsample_size > 1`` NumPyro fails on the shapes; with ``subsample_size=1``
+    the full data broadcasts against the plate silently and the whole log-likelihood is scaled by
+    ``N``, so this check is what catches it.
+    """
+    sizes = {plate.name: plate.subsample_size for plate in plates}
+    for name, site in trace.items():
+        if site["type"] != "sample" or not site.get("is_observed"):
+            continue
+        for frame in site["cond_indep_stack"]:
+            if frame.name not in sizes:
+                continue
+            shape = jnp.shape(site["fn"].log_prob(site["value"]))
+            if len(shape) >= -frame.dim and shape[frame.dim] != sizes[frame.name]:
+                raise ValueError(
+                    f"{kernel_name}: the observed site {name!r} has {shape[frame.dim]} rows along plate "
+                    f"{frame.name!r}, whose minibatch has {sizes[frame.name]}: it observes the full data, not the "
+                    f"plate's rows. A subsampled plate must index the data it observes: `with "
+                    f"numpyro.plate({frame.name!r}, N, subsample_size=n) as idx: numpyro.sample({name!r}, d, "
+                    "obs=y[idx])` (or numpyro.subsample(y, event_dim=0)). Or call the model with "
+                    "subsample_size=None for full-batch gradients."
+                )
+
+
 def sample_without_replacement(rng_key, size: int, num: int) -> jax.Array:
     """``num`` distinct indices of ``range(size)``, every subset equally likely.
 
@@ -163,6 +190,7 @@ class MinibatchModel:
                 warnings.filterwarnings("ignore", message=_MISMATCH)  # reported below, more clearly
                 trace = mu.trace_model(model, tuple(model_args), model_kwargs, key)
             found["plates"] = subsampled_plates(trace, kernel_name)
+            check_observations_indexed(trace, found["plates"], kernel_name)
             mu.check_continuous(trace, kernel_name)
             found["shapes"] = {
                 name: tuple(jnp.shape(biject_to(site["fn"].support).inv(site["value"])))

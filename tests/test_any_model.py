@@ -215,9 +215,11 @@ def test_sgld_plate_without_indexing_runs_full_batch_and_explains_minibatch_fail
 
     for kernel in (SGLD(subsampled, 1e-3), ICSGLD(subsampled, 1e-3, zeta=0.5, num_bins=20, bin_width=1.0,
                                                   min_energy=0.0)):
-        with pytest.raises(ValueError, match=r"index the data it observes.*obs=y\[idx\]"):
-            MCMC(kernel, num_warmup=10, num_samples=10, num_chains=2, chain_method="vectorized",
-                 progress_bar=False).run(jax.random.PRNGKey(0), DATA, subsample_size=10)
+        # subsample_size=1: NumPyro broadcasts the full data against the 1-row plate without an error
+        for size in (10, 1):
+            with pytest.raises(ValueError, match=r"index the data it observes.*obs=y\[idx\]"):
+                MCMC(kernel, num_warmup=10, num_samples=10, num_chains=2, chain_method="vectorized",
+                     progress_bar=False).run(jax.random.PRNGKey(0), DATA, subsample_size=size)
 
 
 def test_icsgld_factor_target_importance_weighted_mean():
