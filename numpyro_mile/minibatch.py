@@ -85,7 +85,10 @@ def check_observations_indexed(trace: dict, plates: tuple[mu.PlateInfo, ...], ke
         for frame in site["cond_indep_stack"]:
             if frame.name not in sizes:
                 continue
-            shape = jnp.shape(site["fn"].log_prob(site["value"]))
+            try:
+                shape = jnp.shape(site["fn"].log_prob(site["value"]))
+            except (ValueError, TypeError):  # shapes that do not broadcast: _check_minibatch reports it
+                break
             if len(shape) >= -frame.dim and shape[frame.dim] != sizes[frame.name]:
                 raise ValueError(
                     f"{kernel_name}: the observed site {name!r} has {shape[frame.dim]} rows along plate "
