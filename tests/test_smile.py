@@ -13,7 +13,7 @@ from numpyro.infer import MCMC
 
 from numpyro_mile import SMILE, to_inference_data
 from numpyro_mile.kernels import _smile_tuning as tuner
-from numpyro_mile.kernels.smile import SMILEConfig, SMILEState, smile_step
+from numpyro_mile.kernels.smile import SMILEConfig, SMILEState, noise_scale, smile_step
 
 Z = 5.0  # tolerance in Monte Carlo standard errors
 
@@ -234,6 +234,32 @@ def test_anisotropic_noise_biases_and_the_preconditioner_removes_most_of_it():
     assert _bias(pre) < 0.2 and _bias(pre) < _bias(plain) / 3
 
 
+
+def test_preconditioner_floor_bounds_the_drift_of_quiet_coordinates():
+    """A coordinate with ~1e5 times less gradient noise than the rest (a weight of an inactive unit): the
+    reference scale (RMS 1, no floor) lets it drift ~1e5 eps in one step; the floor (0.1) bounds it by 10 eps."""
+    grad_var = jnp.asarray([1e6] * 9 + [1e-6], jnp.float32)
+    reference = noise_scale(grad_var, 0.0)
+    np.testing.assert_allclose(float(jnp.sqrt(jnp.mean(reference**2))), 1.0, rtol=1e-5)
+    assert float(reference[-1]) < 2e-5
+    floored = noise_scale(grad_var)
+    np.testing.assert_allclose(floored[:-1], reference[:-1])  # the noisy coordinates keep their scale
+    assert float(floored[-1]) == pytest.approx(0.1)
+
+    def quiet_move(min_scale, eps=1e-3):
+        """Drift of the quiet coordinate in one step, in units of eps, moving along it where the potential is
+        flat (the kicks then leave the velocity alone)."""
+        config = SMILEConfig(10, NAIVE, True, False, None, min_scale)
+        state = jax.tree.map(lambda a: a[0], _gaussian_state(np.zeros((1, 10), np.float32), True, eps)
+                             ._replace(i=jnp.zeros(1, jnp.int32)))
+        state = state._replace(momentum=jnp.zeros(10).at[-1].set(1.0), grad_var=grad_var, grad_mean=jnp.zeros(10))
+        moved = smile_step(state, lambda z, key: 0.5 * jnp.sum(z["x"][:-1] ** 2), config)
+        assert not bool(moved.reset)
+        return abs(float(moved.z["x"][-1])) / eps
+
+    assert quiet_move(0.1) == pytest.approx(10.0, rel=1e-4)
+    assert quiet_move(0.0) == pytest.approx(1.0 / float(reference[-1]), rel=1e-3)
+
 # ---------------------------------------------------------------------------------------------- through MCMC
 def linear_regression(X, y=None, subsample_size=None):
     w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
@@ -273,12 +299,21 @@ def test_kernel_runs_through_mcmc_and_reports():
 
 def test_bad_settings_raise():
     for bad in [dict(step_size=0.0), dict(reset_quantile=0.0), dict(adapt_prob=1.0), dict(smoothing=0.0),
-                dict(L=-1.0)]:
+                dict(L=-1.0), dict(min_scale=-0.1), dict(min_scale=2.0)]:
         with pytest.raises(ValueError):
             SMILE(linear_regression, **bad)
     with pytest.raises(ValueError, match="callable"):
         SMILE(None)
 
+
+
+def test_a_step_size_at_its_bound_is_reported_per_chain():
+    state = _gaussian_state(np.zeros((3, 10), np.float32))._replace(i=jnp.asarray(500))
+    kernel = SMILE(linear_regression)
+    assert not any("bound" in m for m in kernel.run_warnings(state))
+    lost = state._replace(step_size=jnp.asarray([1e-3, 1e-8, 10.0], jnp.float32))
+    (message,) = [m for m in kernel.run_warnings(lost) if "bound" in m]
+    assert "[1, 2]" in message and "adapt_prob=0" in message
 
 def test_run_chunked_resumes_smile_bit_for_bit(tmp_path):
     from numpyro_mile import run_chunked

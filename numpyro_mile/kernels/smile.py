@@ -17,9 +17,14 @@ with more noise are over-dispersed).
 
 **pSMILE** (``precondition=True``) runs the dynamics in coordinates scaled by a per-coordinate
 estimate of the gradient-noise standard deviation ``s`` (moving averages of the gradient's mean
-and variance along the trajectory, rate 0.01; ``s`` clipped to ``[1e-2, 1e4]`` and normalised to
-RMS 1): kicks use ``g / s``, drifts move ``u / s`` (BlackJAX's diagonal inverse mass matrix
-``1 / s^2``), which makes diagonal noise isotropic and removes most of the bias.
+and variance along the trajectory, rate 0.01; ``s`` clipped to ``[1e-2, 1e4]``, normalised to
+RMS 1 and floored at ``min_scale``, default 0.1): kicks use ``g / s``, drifts move ``u / s``
+(BlackJAX's diagonal inverse mass matrix ``1 / s^2``), which makes diagonal noise isotropic and
+removes most of the bias. The floor departs from the reference code (which has none): on a BNN
+the coordinates the data hardly touch (weights of inactive units) have ~100-1000 times less
+gradient noise than the rest, so without it they drift ``100-1000 eps`` per step; on protein one
+such weight went to -23 (prior sd 1) within 50 steps, the chain met rows it then fitted with a
+tiny sigma, and their minibatches were reset ever after.
 
 The energy error of a step compares minibatch log densities of two batches,
 ``dE = dK + l_B(t-1)(x_t) - l_B(t)(x_t+1)``, so it is dominated by minibatch noise; the step-size
@@ -60,6 +65,8 @@ B1 = 0.1931833275037836
 GRAD_CLIP = 1e6
 #: rate of pSMILE's moving averages of the gradient's mean and variance
 NOISE_RATE = 0.01
+#: pSMILE's default floor of the normalised noise scale (a coordinate drifts at most ``eps / MIN_SCALE``)
+MIN_SCALE = 0.1
 
 
 class SMILEState(NamedTuple):
@@ -119,6 +126,7 @@ class SMILEConfig(NamedTuple):
     :ivar precondition: pSMILE's gradient-noise preconditioner.
     :ivar adapt_during_sampling: keep adapting the step size and preconditioner after warmup.
     :ivar L: momentum decoherence length of an explicit partial refresh per step (``None``: none).
+    :ivar min_scale: pSMILE's floor of the normalised noise scale ``s`` (see :func:`noise_scale`).
     """
 
     num_warmup: int
@@ -126,16 +134,19 @@ class SMILEConfig(NamedTuple):
     precondition: bool
     adapt_during_sampling: bool
     L: float | None
+    min_scale: float = MIN_SCALE
 
 
 def _sanitise(g):
     return jnp.clip(jnp.nan_to_num(g, nan=0.0, posinf=GRAD_CLIP, neginf=-GRAD_CLIP), -GRAD_CLIP, GRAD_CLIP)
 
 
-def noise_scale(grad_var) -> jax.Array:
-    """pSMILE's per-coordinate scale ``s``: the noise standard deviation clipped to ``[1e-2, 1e4]``, RMS 1."""
+def noise_scale(grad_var, min_scale: float = MIN_SCALE) -> jax.Array:
+    """pSMILE's per-coordinate scale ``s``, shape ``(d,)``: the noise standard deviation
+    ``sqrt(grad_var)`` clipped to ``[1e-2, 1e4]``, divided by its root mean square, then floored at
+    ``min_scale`` (so no coordinate drifts more than ``eps / min_scale`` per unit velocity)."""
     s = jnp.clip(jnp.sqrt(grad_var), 1e-2, 1e4)
-    return s / jnp.sqrt(jnp.mean(jnp.square(s)))
+    return jnp.maximum(s / jnp.sqrt(jnp.mean(jnp.square(s))), min_scale)
 
 
 def smile_step(state: SMILEState, potential: Callable, config: SMILEConfig) -> SMILEState:
@@ -152,7 +163,7 @@ def smile_step(state: SMILEState, potential: Callable, config: SMILEConfig) -> S
         return -neg, _sanitise(-grad)
 
     if config.precondition:
-        inverse_mass = 1.0 / jnp.square(noise_scale(state.grad_var))
+        inverse_mass = 1.0 / jnp.square(noise_scale(state.grad_var, config.min_scale))
     else:
         inverse_mass = 1.0
     kick = esh_dynamics_momentum_update_one_step(inverse_mass)
@@ -211,6 +222,9 @@ class SMILE(MinibatchKernel):
     :param step_size: initial step size ``eps``.
     :param precondition: pSMILE: scale the dynamics by the estimated per-coordinate gradient-noise
         standard deviation.
+    :param min_scale: pSMILE only: floor of the noise scale after it is normalised to RMS 1 (a
+        coordinate moves at most ``step_size / min_scale`` per unit velocity; ``0``: no floor, as
+        the reference code).
     :param reset_quantile: ``r``: a step whose ``|dE|`` exceeds this quantile of the chain's recent
         ``|dE|`` (Gamma model) is reset: position, log density and gradient reverted, velocity
         set to 0. ``1``: never.
@@ -263,6 +277,7 @@ class SMILE(MinibatchKernel):
         step_size: float = 1e-3,
         *,
         precondition: bool = False,
+        min_scale: float = MIN_SCALE,
         reset_quantile: float = 0.98,
         adapt_prob: float = 0.1,
         adapt_strength: float = 0.02,
@@ -282,10 +297,13 @@ class SMILE(MinibatchKernel):
             raise ValueError(f"adapt_prob and adapt_strength must lie in [0, 1), got {adapt_prob}, {adapt_strength}.")
         if not 0 < smoothing <= 1:
             raise ValueError(f"smoothing must lie in (0, 1], got {smoothing}.")
+        if not 0 <= min_scale <= 1:
+            raise ValueError(f"min_scale must lie in [0, 1] (0: no floor), got {min_scale}.")
         if L is not None and not L > 0:
             raise ValueError(f"L must be None (no refresh) or positive, got {L}.")
         self.step_size = float(step_size)
         self.precondition = bool(precondition)
+        self.min_scale = float(min_scale)
         self.tuner = tuner.TunerSettings(float(reset_quantile), float(adapt_prob), float(adapt_strength),
                                          float(smoothing))
         self.adapt_during_sampling = bool(adapt_during_sampling)
@@ -307,7 +325,7 @@ class SMILE(MinibatchKernel):
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         self._config = SMILEConfig(int(num_warmup), self.tuner, self.precondition, self.adapt_during_sampling,
-                                   self.L)
+                                   self.L, self.min_scale)
         if init_params is None and self.pretrain:
             init_params = self._pretrained(rng_key, model_args, model_kwargs)
         return self._init_independent(rng_key, init_params, model_args, model_kwargs)
@@ -316,9 +334,18 @@ class SMILE(MinibatchKernel):
         return self._sample_independent(state, model_args, model_kwargs, smile_step)
 
     def run_warnings(self, state: SMILEState) -> list[str]:
-        """Non-finite energy errors, and a reset rate above 20 % (from ``mcmc.last_state``)."""
+        """Non-finite energy errors, a reset rate above 20 %, and step sizes the tuner drove to its
+        bounds (from ``mcmc.last_state``)."""
         messages = super().run_warnings(state)
         steps = int(np.max(np.asarray(state.i)))
+        step_sizes = np.atleast_1d(np.asarray(state.step_size, np.float64))
+        low, high = tuner.STEP_SIZE_MIN, tuner.STEP_SIZE_MAX
+        at_bound = np.flatnonzero((step_sizes <= 1.01 * low) | (step_sizes >= 0.99 * high))
+        if at_bound.size:
+            messages.append(
+                f"SMILE's step size ended at its bound ({low:g} or {high:g}) in chain(s) "
+                f"{at_bound.tolist()}: those chains either stopped moving or ran away; drop them from the draws, or "
+                "rerun with a fixed step size (adapt_prob=0) or, for pSMILE, a larger min_scale.")
         resets = np.atleast_1d(np.asarray(state.num_resets))
         if steps > 0 and np.any(resets > 0.2 * steps):
             messages.append(
