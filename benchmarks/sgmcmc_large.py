@@ -261,6 +261,7 @@ def plot(out: Path) -> None:
         if de:
             ax.axhline(np.mean(de), color="grey", linestyle="--", label="DE")
         ax.set(xscale="log", xlabel="sampler seconds (log)", ylabel="test LPPD", title=dataset)
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())  # minor labels of a short log axis overlap
         ax.legend()
     fig.tight_layout()
     fig.savefig(out / "lppd_vs_time.png", dpi=120)
