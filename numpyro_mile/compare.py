@@ -62,7 +62,13 @@ def _mixing(samples_by_chain: dict) -> tuple[float, float]:
     ess_values = np.concatenate([np.ravel(v) for v in ess(flat, per_chain=True).values()])
     # cR-hat as the MILE reference code computes it (benchmarks/uci.py records crhat_method="mile")
     crhat_values = np.concatenate([np.ravel(v) for v in chainwise_rhat(flat, method="mile").values()])
-    return float(np.nanmean(ess_values)), float(np.nanmean(crhat_values))
+    return _finite_mean(ess_values), _finite_mean(crhat_values)
+
+
+def _finite_mean(values: np.ndarray) -> float:
+    """Mean over the finite entries (``nan`` when none is, e.g. chains that never moved), without numpy's warning."""
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else float("nan")
 
 
 def _timed(fn: Callable) -> tuple[object, float, float]:
