@@ -70,3 +70,15 @@ def test_time_target_uses_wall_time_only_on_an_idle_machine():
     assert uci.time_target(6.0, 4.0, [row("1.5")]) == "yes (wall, idle machine)"
     assert uci.time_target(6.0, 4.0, [row("1.5"), row("9.0")]) == "**no** (CPU, loaded machine)"
     assert uci.time_target(4.0, float("nan"), [row("9.0")]) == "**no** (wall; no CPU time)"
+
+
+def test_mixing_summary_of_chains_that_never_moved_is_nan_without_a_warning():
+    import warnings
+
+    from numpyro_mile.compare import _mixing
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "Mean of empty slice" would fail the test
+        ess, crhat = _mixing({"w": np.zeros((4, 20, 3))})
+    assert np.isnan(crhat)  # R-hat of constant chains is 0 / 0 for every coordinate
+    assert ess == 20.0
