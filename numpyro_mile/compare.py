@@ -14,7 +14,7 @@ import numpy as np
 from numpyro.infer import MCMC
 
 from .baselines import bde, bde_mcmc, chain_init_params
-from .diagnostics import chainwise_rhat, ess
+from .diagnostics import _nanmean, chainwise_rhat, ess
 from .ensemble import DeepEnsemble
 from .kernels import ICSGLD, MILE
 from .kernels.icsgld import importance_weights
@@ -62,13 +62,7 @@ def _mixing(samples_by_chain: dict) -> tuple[float, float]:
     ess_values = np.concatenate([np.ravel(v) for v in ess(flat, per_chain=True).values()])
     # cR-hat as the MILE reference code computes it (benchmarks/uci.py records crhat_method="mile")
     crhat_values = np.concatenate([np.ravel(v) for v in chainwise_rhat(flat, method="mile").values()])
-    return _finite_mean(ess_values), _finite_mean(crhat_values)
-
-
-def _finite_mean(values: np.ndarray) -> float:
-    """Mean over the finite entries (``nan`` when none is, e.g. chains that never moved), without numpy's warning."""
-    finite = values[np.isfinite(values)]
-    return float(finite.mean()) if finite.size else float("nan")
+    return _nanmean(ess_values), _nanmean(crhat_values)
 
 
 def _timed(fn: Callable) -> tuple[object, float, float]:

@@ -72,7 +72,7 @@ def test_time_target_uses_wall_time_only_on_an_idle_machine():
     assert uci.time_target(4.0, float("nan"), [row("9.0")]) == "**no** (wall; no CPU time)"
 
 
-def test_mixing_summary_of_chains_that_never_moved_is_nan_without_a_warning():
+def test_mixing_summary_of_chains_that_never_moved_has_nan_rhat_and_no_warning():
     import warnings
 
     from numpyro_mile.compare import _mixing
