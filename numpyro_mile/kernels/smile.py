@@ -229,9 +229,12 @@ class SMILE(MinibatchKernel):
         ``|dE|`` (Gamma model) is reset: position, log density and gradient reverted, velocity
         set to 0. ``1``: never.
     :param adapt_prob: ``a``: tail mass (half below, half above) of ``|dE|`` that grows or shrinks
-        the step size. ``0``: fixed step size. Where the minibatch noise is weak (a few minibatches
-        per epoch, e.g. the small UCI sets with 256-row batches) the tuner's step size wanders; there
-        the fixed-step settings of the SMILE paper (``adapt_prob=0, reset_quantile=1``) did far better
+        the step size. ``0``: fixed step size. With near-Gaussian minibatch noise the rule grows the
+        step size until the energy errors turn heavy-tailed (near the edge of stability; measured in
+        ``docs/methods/smile.md``): that helped pSMILE on the large UCI sets, but plain SMILE's bias
+        grows with the step size unseen, and where the minibatch noise is weak (a few minibatches per
+        epoch, e.g. the small UCI sets with 256-row batches) chains diverged. There the fixed-step
+        settings of the SMILE paper (``adapt_prob=0, reset_quantile=1``) did far better
         (``docs/benchmarks/sgmcmc_small``).
     :param adapt_strength: ``d``: relative step-size change (``eps (1 +- d)``).
     :param smoothing: rate ``beta`` of the moving averages of ``|dE|``.
