@@ -4,6 +4,9 @@ Many tests compile the same programs (the same toy models and shapes, NumPyro's 
 it re-compiles on every ``MCMC.run``); with the cache, a program is compiled once per session and
 read back afterwards, in this process and in the subprocesses that tests start (the environment
 variables are inherited). A fresh folder per session: nothing is reused from an earlier one.
+
+Subprocess checks that modules list in ``BACKGROUND_JOBS`` start when collection is done and run on
+a spare core meanwhile (``_background.py``).
 """
 
 from __future__ import annotations
@@ -17,10 +20,20 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
+import _background  # noqa: E402
 import jax  # noqa: E402  (after the environment: JAX reads it when its configuration is created)
 
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 
+def pytest_collection_finish(session):
+    for item in session.items:
+        jobs = getattr(getattr(item, "module", None), "BACKGROUND_JOBS", {})
+        for name in (item.name, *getattr(item, "fixturenames", ())):
+            if name in jobs:
+                _background.submit(jobs[name])
+
+
 def pytest_sessionfinish(session, exitstatus):
+    _background.shutdown()
     shutil.rmtree(_CACHE, ignore_errors=True)

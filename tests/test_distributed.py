@@ -26,6 +26,8 @@ import numpy as np
 import pytest
 from numpyro.infer import MCMC
 
+import _background
+
 from numpyro_mile import run_distributed
 from numpyro_mile.runs.distributed import chain_mesh, collectives, padded_size, shard_chains, to_host
 
@@ -167,10 +169,40 @@ def _result(stdout: str) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
+def _run_four_devices() -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", FOUR_DEVICES], capture_output=True, text=True, timeout=900,
+                          env=_env(4))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_two_processes() -> list[tuple[int, str, str]]:
+    """(exit status, stdout, stderr) of processes 1 and 0."""
+    port = str(_free_port())
+    procs = [subprocess.Popen([sys.executable, "-c", TWO_PROCESSES, str(pid), port], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env(2)) for pid in (1, 0)]
+    outs = []
+    try:
+        for proc in procs:
+            outs.append(proc.communicate(timeout=900))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outs)]
+
+
+# the subprocess runs start when collection is done and run on a spare core meanwhile (tests/_background.py)
+BACKGROUND_JOBS = {"four_devices": _run_four_devices, "test_two_processes_with_jax_distributed": _run_two_processes}
+
+
 @pytest.fixture(scope="module")
 def four_devices():
-    proc = subprocess.run([sys.executable, "-c", FOUR_DEVICES], capture_output=True, text=True, timeout=900,
-                          env=_env(4))
+    proc = _background.result(_run_four_devices)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return _result(proc.stdout)
 
@@ -216,32 +248,16 @@ def test_samples_kept_sharded_and_sharded_deep_ensemble(four_devices):
 
 
 # ---------------------------------------------------------------------------------------------- 2 processes
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_processes_with_jax_distributed(four_devices):
     """jax.distributed.initialize on 127.0.0.1: 2 processes x 2 CPU devices, gloo collectives.
 
     Compared with single-device vectorized references computed by the 4-device script (ICSGLD: its
     sharded run, itself checked against the reference above; the same 4-device layout).
     """
-    port = str(_free_port())
-    procs = [subprocess.Popen([sys.executable, "-c", TWO_PROCESSES, str(pid), port], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_env(2)) for pid in (1, 0)]
-    outs = []
-    try:
-        for proc in procs:
-            outs.append(proc.communicate(timeout=900))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    for proc, (_, err) in zip(procs, outs):
-        assert proc.returncode == 0, err[-3000:]
-    res = _result(outs[1][0])
+    outs = _background.result(_run_two_processes)
+    for returncode, _, err in outs:
+        assert returncode == 0, err[-3000:]
+    res = _result(outs[1][1])
     assert res["process_count"] == 2 and res["device_count"] == 4
     ics, mile = np.asarray(res["icsgld_draws"]), np.asarray(res["mile_draws"])
     assert ics.shape == mile.shape == (3, 10, 2)

@@ -1,18 +1,21 @@
 """Every script in examples/ runs to completion with ``--smoke`` (tiny budgets), in a fresh process.
 
 New examples are picked up by the glob; each must accept ``--smoke`` and finish quickly with it.
-The smoke runs are dominated by JAX compilation, which is mostly single-threaded, so they run two
-at a time (one per core of a 2-core CI machine), started together when the first test asks.
+The smoke runs are dominated by JAX compilation, which is mostly single-threaded: they start when
+collection is done and run on a spare core while the rest of the suite runs (tests/_background.py).
 """
 
 import os
 import subprocess
 import sys
+import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import pytest
+
+import _background
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("*.py"))
@@ -27,22 +30,20 @@ def _env() -> dict:
     return env
 
 
-def _run(script: Path, workdir: Path):
+def _run(script: Path):
+    """(completed process or None, error, seconds) of ``script --smoke`` in a fresh folder."""
     start = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, str(script), "--smoke"], cwd=workdir, env=_env(), capture_output=True,
-                              text=True, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired as err:
-        return None, f"timed out after {err.timeout} s", time.perf_counter() - start
+    with tempfile.TemporaryDirectory(prefix=f"smoke-{script.stem}-") as workdir:
+        try:
+            proc = subprocess.run([sys.executable, str(script), "--smoke"], cwd=workdir, env=_env(),
+                                  capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired as err:
+            return None, f"timed out after {err.timeout} s", time.perf_counter() - start
     return proc, "", time.perf_counter() - start
 
 
-@pytest.fixture(scope="module")
-def smoke_runs(tmp_path_factory):
-    workers = max(1, min(2, os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {p.name: pool.submit(_run, p, tmp_path_factory.mktemp(p.stem)) for p in EXAMPLES}
-        return {name: f.result() for name, f in futures.items()}
+SMOKE_RUNS = {p.name: partial(_run, p) for p in EXAMPLES}
+BACKGROUND_JOBS = {f"test_example_runs_in_smoke_mode[{p.stem}]": SMOKE_RUNS[p.name] for p in EXAMPLES}
 
 
 def test_examples_are_found():
@@ -51,8 +52,8 @@ def test_examples_are_found():
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_example_runs_in_smoke_mode(script, smoke_runs):
-    proc, error, seconds = smoke_runs[script.name]
+def test_example_runs_in_smoke_mode(script):
+    proc, error, seconds = _background.result(SMOKE_RUNS[script.name])
     assert proc is not None, f"{script.name} --smoke {error}"
     assert proc.returncode == 0, (f"{script.name} --smoke failed after {seconds:.0f} s:\n"
                                   f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

@@ -12,7 +12,7 @@ import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC, init_to_uniform
 
-from numpyro_mile import log_likelihood, to_inference_data
+from numpyro_mile import to_inference_data
 from numpyro_mile.diagnostics import ess
 from numpyro_mile.kernels.sgld import SGLD, polynomial_schedule
 from numpyro_mile.metrics import lppd
