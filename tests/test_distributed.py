@@ -157,8 +157,7 @@ if pid == 0:
 def _env(num_devices):
     env = dict(os.environ)
     # no LLVM optimisation: compiling dominates these short runs (reference and sharded runs alike)
-    env["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count={num_devices} --xla_backend_optimization_level=0 "
-                        "--xla_llvm_disable_expensive_passes=true")
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices} {_background.FAST_COMPILE_XLA_FLAGS}"
     env["JAX_PLATFORMS"] = "cpu"
     return env
 

@@ -26,8 +26,7 @@ TIMEOUT_S = 900  # per example; generous for a loaded machine (each takes well u
 def _env() -> dict:
     env = dict(os.environ, CI="1", MPLBACKEND="Agg")
     if "xla_backend_optimization_level" not in env.get("XLA_FLAGS", ""):  # compiling is most of a smoke run
-        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
-                            " --xla_llvm_disable_expensive_passes=true").strip()
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {_background.FAST_COMPILE_XLA_FLAGS}".strip()
     if "NUMPYRO_MILE_DATA" not in env and SHARED_UCI.is_dir():
         env["NUMPYRO_MILE_DATA"] = str(SHARED_UCI)  # the UCI example then uses real data
     return env
