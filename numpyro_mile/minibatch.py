@@ -246,12 +246,18 @@ class MinibatchModel:
         ``params`` are unconstrained values keyed by site. Without subsampled plates this is the
         full-data potential and ``rng_key`` is ignored.
         """
-        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
-        model, plates = self.model, self.plates
+        on_rows, plates = self.indexed_potential_fn(model_args, model_kwargs), self.plates
+        return lambda params, rng_key: on_rows(params, draw_indices(plates, rng_key))
 
-        def potential(params, rng_key):
-            bound = _substituted(model, draw_indices(plates, rng_key))
-            return potential_energy(bound, model_args, model_kwargs, params)
+    def indexed_potential_fn(self, model_args: tuple = (), model_kwargs: dict | None = None) -> Callable:
+        """``potential(params, indices) -> U~(params)`` on given rows: ``indices`` maps each subsampled
+        plate's name to its ``subsample_size`` row indices (as :meth:`indices` returns them). Two
+        evaluations on one minibatch then draw its indices once."""
+        model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
+        model = self.model
+
+        def potential(params, indices):
+            return potential_energy(_substituted(model, indices), model_args, model_kwargs, params)
 
         return potential
 

@@ -152,17 +152,21 @@ def noise_scale(grad_var, min_scale: float = MIN_SCALE) -> jax.Array:
     return jnp.maximum(s / jnp.sqrt(jnp.mean(jnp.square(s))), min_scale)
 
 
-def smile_step(state: SMILEState, potential: Callable, config: SMILEConfig) -> SMILEState:
-    """One SMILE step of one chain; ``potential(z, minibatch_key)`` is the minibatch potential energy.
+def smile_step(state: SMILEState, potential: Callable, config: SMILEConfig,
+               draw_minibatch: Callable | None = None) -> SMILEState:
+    """One SMILE step of one chain; ``potential(z, minibatch)`` is the minibatch potential energy.
 
-    Two evaluations of ``value_and_grad(potential)``, both on the minibatch of this step's key.
+    Two evaluations of ``value_and_grad(potential)``, both on this step's ``minibatch =
+    draw_minibatch(key)`` (drawn once; e.g. the plates' row indices). ``draw_minibatch=None``: the
+    key itself is passed, for a potential that draws its minibatch or noise from a key.
     """
     key, batch_key, refresh_key = jax.random.split(state.rng_key, 3)
+    minibatch = batch_key if draw_minibatch is None else draw_minibatch(batch_key)
     x, unravel = ravel_pytree(state.z)
     adapting = (state.i < config.num_warmup) | config.adapt_during_sampling
 
     def value_grad(position):
-        neg, grad = jax.value_and_grad(lambda p: potential(unravel(p), batch_key))(position)
+        neg, grad = jax.value_and_grad(lambda p: potential(unravel(p), minibatch))(position)
         return -neg, _sanitise(-grad)
 
     if config.precondition:
@@ -340,7 +344,9 @@ class SMILE(MinibatchKernel):
         return self._init_independent(rng_key, init_params, model_args, model_kwargs)
 
     def sample(self, state: SMILEState, model_args, model_kwargs) -> SMILEState:
-        return self._sample_independent(state, model_args, model_kwargs, smile_step)
+        draw = self._mb.indices  # one draw of the plates' rows per step, for both gradients
+        return self._sample_independent(state, model_args, model_kwargs,
+                                        lambda s, potential, config: smile_step(s, potential, config, draw))
 
     def run_warnings(self, state: SMILEState) -> list[str]:
         """Non-finite energy errors, a reset rate above 20 %, and step sizes the tuner drove to its
@@ -367,6 +373,10 @@ class SMILE(MinibatchKernel):
         return messages
 
     # ------------------------------------------------------------------ internals
+    def _potential(self, model_args, model_kwargs) -> Callable:
+        """``potential(z, indices)``: the potential on the rows ``indices`` (``self._mb.indices(key)``)."""
+        return self._mb.indexed_potential_fn(*as_jax_args(model_args, model_kwargs))
+
     def _pretrained(self, rng_key, model_args, model_kwargs):
         """A deep ensemble's members as ``init_params`` (a chain axis when vectorized), or ``None`` when the
         model has no observation plate to pretrain on (with a warning saying why)."""
