@@ -5,8 +5,10 @@ it re-compiles on every ``MCMC.run``); with the cache, a program is compiled onc
 read back afterwards, in this process and in the subprocesses that tests start (the environment
 variables are inherited). A fresh folder per session: nothing is reused from an earlier one.
 
-Subprocess checks that modules list in ``BACKGROUND_JOBS`` start when collection is done and run on
-a spare core meanwhile (``_background.py``).
+The suite runs on every core with pytest-xdist (``-n auto`` in ``pyproject.toml``): the workers inherit
+the cache folder from the controller, which removes it at the end. Run without workers (``-n 0``), the
+subprocess checks that modules list in ``BACKGROUND_JOBS`` start when collection is done and run on a
+spare core meanwhile (``_background.py``); in a worker they run inside their tests.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE
 
 
 def pytest_collection_finish(session):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects every test: jobs would run once per worker
+        return
     for item in session.items:
         jobs = getattr(getattr(item, "module", None), "BACKGROUND_JOBS", {})
         for name in (item.name, *getattr(item, "fixturenames", ())):
