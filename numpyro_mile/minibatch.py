@@ -1,4 +1,4 @@
-"""Minibatching through NumPyro's own subsample plates, shared by SGLD and ICSGLD.
+"""Minibatching through NumPyro's own subsample plates, shared by SGLD, ICSGLD and SMILE.
 
 A model declares its observations in ``numpyro.plate("data", N, subsample_size=n)``. NumPyro
 then scales the log-likelihood of the ``n`` rows the plate selects by ``N / n``, so the
@@ -7,9 +7,9 @@ potential energy of the model on those rows,
     U~(x) = -log p(x) - (N / n) sum_{i in batch} log p(y_i | x),
 
 is an unbiased estimate of the full-data potential ``U(x)``. This module supplies the rows:
-every evaluation draws fresh indices (``n`` of ``N`` without replacement,
-:func:`sample_without_replacement`) for every subsampled plate found in a trace of the model
-and substitutes them as the plate's value,
+every evaluation of :meth:`MinibatchModel.potential_fn` draws fresh indices (``n`` of ``N``
+without replacement, :func:`sample_without_replacement`) for every subsampled plate found in a
+trace of the model and substitutes them as the plate's value,
 
     numpyro.handlers.substitute(model, data={plate_name: indices})
 
@@ -27,6 +27,8 @@ Typical use (what the kernels do)::
     mb = MinibatchModel(model, model_args, model_kwargs, kernel_name="SGLD")
     potential = mb.potential_fn(model_args, model_kwargs)      # (params, rng_key) -> U~
     energy, grad = jax.value_and_grad(potential)(params, key)
+    rows = mb.indices(key)                                     # SMILE: one draw per step, for
+    on_rows = mb.indexed_potential_fn(model_args, model_kwargs) # both gradients: (params, rows) -> U~
     constrained = mb.postprocess_fn(model_args, model_kwargs)(params)
 """
 
