@@ -199,6 +199,19 @@ def test_two_gradient_evaluations_per_step_and_reversibility():
     np.testing.assert_allclose(-back.momentum, state.momentum, atol=2e-5)
     # without noise the energy error is small and of both signs; it enters with the kinetic change
     assert abs(float(moved.energy_change)) < 1e-3
+    # the kernel's minibatch: drawn once per step from the step's key, both evaluations on those rows
+    draws, batches = [], []
+
+    def draw(key):
+        draws.append(key)
+        return {"data": jax.random.randint(key, (4,), 0, 100)}
+
+    def potential_on_rows(z, rows):
+        batches.append(rows)
+        return 0.5 * jnp.sum(z["x"] ** 2 / STDS**2)
+
+    smile_step(state, potential_on_rows, config, draw)
+    assert len(draws) == 1 and len(batches) == 2 and batches[0] is batches[1]
 
 
 def _run_gaussian(noise_std, precondition, step_size, num_steps, num_chains=64, burn=2000, seed=0):
