@@ -6,9 +6,8 @@ read back afterwards, in this process and in the subprocesses that tests start (
 variables are inherited). A fresh folder per session: nothing is reused from an earlier one.
 
 The suite runs on every core with pytest-xdist (``-n auto`` in ``pyproject.toml``): the workers inherit
-the cache folder from the controller, which removes it at the end. Run without workers (``-n 0``), the
-subprocess checks that modules list in ``BACKGROUND_JOBS`` start when collection is done and run on a
-spare core meanwhile (``_background.py``); in a worker they run inside their tests.
+the cache folder from the controller, which removes it at the end (a worker removes only the unused
+folder it made itself).
 """
 
 from __future__ import annotations
@@ -22,22 +21,10 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
-import _background  # noqa: E402
 import jax  # noqa: E402  (after the environment: JAX reads it when its configuration is created)
 
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 
 
-def pytest_collection_finish(session):
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects every test: jobs would run once per worker
-        return
-    for item in session.items:
-        jobs = getattr(getattr(item, "module", None), "BACKGROUND_JOBS", {})
-        for name in (item.name, *getattr(item, "fixturenames", ())):
-            if name in jobs:
-                _background.submit(jobs[name])
-
-
 def pytest_sessionfinish(session, exitstatus):
-    _background.shutdown()
     shutil.rmtree(_CACHE, ignore_errors=True)

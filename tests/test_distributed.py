@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from numpyro.infer import MCMC
 
-import _background
+import _subprocess
 
 from numpyro_mile import run_distributed
 from numpyro_mile.runs.distributed import chain_mesh, collectives, padded_size, shard_chains, to_host
@@ -157,7 +157,7 @@ if pid == 0:
 def _env(num_devices):
     env = dict(os.environ)
     # no LLVM optimisation: compiling dominates these short runs (reference and sharded runs alike)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices} {_background.FAST_COMPILE_XLA_FLAGS}"
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={num_devices} {_subprocess.FAST_COMPILE_XLA_FLAGS}"
     env["JAX_PLATFORMS"] = "cpu"
     return env
 
@@ -195,13 +195,9 @@ def _run_two_processes() -> list[tuple[int, str, str]]:
     return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outs)]
 
 
-# the subprocess runs start when collection is done and run on a spare core meanwhile (tests/_background.py)
-BACKGROUND_JOBS = {"four_devices": _run_four_devices, "test_two_processes_with_jax_distributed": _run_two_processes}
-
-
 @pytest.fixture(scope="module")
 def four_devices():
-    proc = _background.result(_run_four_devices)
+    proc = _run_four_devices()
     assert proc.returncode == 0, proc.stderr[-3000:]
     return _result(proc.stdout)
 
@@ -253,7 +249,7 @@ def test_two_processes_with_jax_distributed(four_devices):
     Compared with single-device vectorized references computed by the 4-device script (ICSGLD: its
     sharded run, itself checked against the reference above; the same 4-device layout).
     """
-    outs = _background.result(_run_two_processes)
+    outs = _run_two_processes()
     for returncode, _, err in outs:
         assert returncode == 0, err[-3000:]
     res = _result(outs[1][1])

@@ -1,8 +1,8 @@
 """Every script in examples/ runs to completion with ``--smoke`` (tiny budgets), in a fresh process.
 
 New examples are picked up by the glob; each must accept ``--smoke`` and finish quickly with it.
-The smoke runs are dominated by JAX compilation, which is mostly single-threaded: they start when
-collection is done and run on a spare core while the rest of the suite runs (tests/_background.py).
+The smoke runs are dominated by JAX compilation: they compile without LLVM optimisation
+(tests/_subprocess.py).
 """
 
 import os
@@ -10,12 +10,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from functools import partial
 from pathlib import Path
 
 import pytest
 
-import _background
+import _subprocess
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("*.py"))
@@ -26,7 +25,7 @@ TIMEOUT_S = 900  # per example; generous for a loaded machine (each takes well u
 def _env() -> dict:
     env = dict(os.environ, CI="1", MPLBACKEND="Agg")
     if "xla_backend_optimization_level" not in env.get("XLA_FLAGS", ""):  # compiling is most of a smoke run
-        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {_background.FAST_COMPILE_XLA_FLAGS}".strip()
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {_subprocess.FAST_COMPILE_XLA_FLAGS}".strip()
     if "NUMPYRO_MILE_DATA" not in env and SHARED_UCI.is_dir():
         env["NUMPYRO_MILE_DATA"] = str(SHARED_UCI)  # the UCI example then uses real data
     return env
@@ -44,10 +43,6 @@ def _run(script: Path):
     return proc, "", time.perf_counter() - start
 
 
-SMOKE_RUNS = {p.name: partial(_run, p) for p in EXAMPLES}
-BACKGROUND_JOBS = {f"test_example_runs_in_smoke_mode[{p.stem}]": SMOKE_RUNS[p.name] for p in EXAMPLES}
-
-
 def test_examples_are_found():
     names = {p.name for p in EXAMPLES}
     assert {"quickstart.py", "uci_regression.py", "icsgld_multimodal.py", "flax_cnn.py"} <= names, names
@@ -55,7 +50,7 @@ def test_examples_are_found():
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs_in_smoke_mode(script):
-    proc, error, seconds = _background.result(SMOKE_RUNS[script.name])
+    proc, error, seconds = _run(script)
     assert proc is not None, f"{script.name} --smoke {error}"
     assert proc.returncode == 0, (f"{script.name} --smoke failed after {seconds:.0f} s:\n"
                                   f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

@@ -13,7 +13,6 @@ import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC
 
-import _background
 from numpyro_mile import MILE, deep_ensemble
 from numpyro_mile.datasets import toy_regression
 from numpyro_mile.diagnostics import ess
@@ -277,13 +276,9 @@ def _run_parallel_script() -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", PARALLEL_SCRIPT], capture_output=True, text=True, timeout=600)
 
 
-# the subprocess starts when collection is done and runs on a spare core meanwhile (tests/_background.py)
-BACKGROUND_JOBS = {"test_parallel_chains_with_pretraining_agree_with_vectorized": _run_parallel_script}
-
-
 def test_parallel_chains_with_pretraining_agree_with_vectorized():
     """pmap over 2 (virtual CPU) devices, pretraining traced inside pmap (while-loop path)."""
-    result = _background.result(_run_parallel_script)
+    result = _run_parallel_script()
     assert result.returncode == 0, result.stderr[-2000:]
     assert float(result.stdout.strip().splitlines()[-1]) < 1e-3
 
