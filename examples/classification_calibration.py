@@ -13,15 +13,20 @@ Run: ``python examples/classification_calibration.py`` (a few minutes on 2 CPU c
 from __future__ import annotations
 
 import argparse
+import os
 
 import jax
 import numpy as np
+import numpyro
 from numpyro.infer import MCMC
 
 from numpyro_mile import MILE, approx, deep_ensemble, metrics
 from numpyro_mile.datasets import digits
 from numpyro_mile.models import mlp_classification
 from numpyro_mile.predictive import predictive_probs
+
+# every CPU core a JAX device (before JAX starts), so that vectorized chains run over all of them
+numpyro.set_host_device_count(os.cpu_count())
 
 OPTIONS = dict(num_classes=10, hidden=(16, 16))
 

@@ -12,6 +12,7 @@ Run: ``python examples/flax_cnn.py`` (a few minutes on 2 CPU cores);
 from __future__ import annotations
 
 import argparse
+import os
 
 import jax
 import numpyro
@@ -23,6 +24,9 @@ from numpyro.infer import MCMC
 from numpyro_mile import MILE
 from numpyro_mile.datasets import digits
 from numpyro_mile.predictive import evaluate_classification
+
+# every CPU core a JAX device (before JAX starts), so that vectorized chains run over all of them
+numpyro.set_host_device_count(os.cpu_count())
 
 NUM_CLASSES = 10
 

@@ -5,6 +5,7 @@ Run: ``python examples/flax_mlp.py`` (about a minute on 2 CPU cores);
 """
 
 import argparse
+import os
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,9 @@ from numpyro.infer import MCMC
 from numpyro_mile import MILE, metrics
 from numpyro_mile import log_likelihood
 from numpyro_mile.datasets import split, standardize, toy_regression
+
+# every CPU core a JAX device (before JAX starts), so that vectorized chains run over all of them
+numpyro.set_host_device_count(os.cpu_count())
 
 
 class MLP(nn.Module):

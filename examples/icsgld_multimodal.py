@@ -16,6 +16,7 @@ Run: ``python examples/icsgld_multimodal.py`` (about a minute on 2 CPU cores);
 from __future__ import annotations
 
 import argparse
+import os
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +26,9 @@ import numpyro.distributions as dist
 from numpyro.infer import MCMC
 
 from numpyro_mile import ICSGLD, SGLD, importance_weights
+
+# every CPU core a JAX device (before JAX starts), so that vectorized chains run over all of them
+numpyro.set_host_device_count(os.cpu_count())
 
 WEIGHT, SHIFT = 0.8, 4.5  # weight of the left mode, distance of each mode from 0
 LOCS = jnp.array([[-SHIFT, 0.0], [SHIFT, 0.0]])

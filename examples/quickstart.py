@@ -5,13 +5,18 @@ Run: ``python examples/quickstart.py`` (under a minute on 2 CPU cores);
 """
 
 import argparse
+import os
 
 import jax
+import numpyro
 from numpyro.infer import MCMC
 
 from numpyro_mile import MILE, predict
 from numpyro_mile.datasets import toy_regression, toy_regression_grid
 from numpyro_mile.models import mlp_regression
+
+# every CPU core a JAX device (before JAX starts), so that vectorized chains run over all of them
+numpyro.set_host_device_count(os.cpu_count())
 
 
 def main(num_warmup: int = 5_000, num_samples: int = 1_000, thinning: int = 10, max_epochs: int = 500) -> None:

@@ -20,11 +20,15 @@ import time
 
 import jax
 import numpy as np
+import numpyro
 
 from numpyro_mile import deep_ensemble
 from numpyro_mile.compare import format_table, run_bde, run_de, run_mile
 from numpyro_mile.datasets import load_uci, split, standardize, toy_regression
 from numpyro_mile.models import mlp_regression
+
+# every CPU core a JAX device (before JAX starts), so that vectorized chains run over all of them
+numpyro.set_host_device_count(os.cpu_count())
 
 
 def load(dataset: str, data_dir: str | None):

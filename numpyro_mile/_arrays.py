@@ -67,3 +67,51 @@ def to_host(tree: Any) -> Any:
         return np.asarray(x)
 
     return jax.tree.map(one, tree)
+
+
+#: name of the device-mesh axis that chains are sharded over
+CHAIN_AXIS = "chains"
+
+
+def default_chain_sharding(num_chains: int, *trees: Any) -> jax.sharding.NamedSharding | None:
+    """Where ``vectorized`` chains go by default: sharded over this process's devices when it has several.
+
+    The chain axis is split over the largest number of local devices that divides ``num_chains``
+    (12 chains on 2 CPU devices: 6 each; on 8 GPUs: 4 devices of 3), so no chain is padded and every
+    chain computes what it computes on one device (up to float rounding). ``None`` (leave the
+    placement to JAX) when there is one device or one chain, in a multi-process run
+    (:func:`numpyro_mile.run_distributed` places those chains), under a transformation (traced
+    values), or when any array of ``trees`` (the per-chain keys and initial values) is committed
+    to devices: a placement the caller chose (``jax.device_put(key, jax.devices()[0])`` keeps a
+    run on one device) is kept.
+
+    CPU cores are JAX devices only after ``numpyro.set_host_device_count(n)`` (before JAX starts).
+    """
+    devices = jax.local_devices()
+    if num_chains < 2 or len(devices) < 2 or jax.process_count() > 1:
+        return None
+    for leaf in jax.tree.leaves(trees):
+        if isinstance(leaf, jax.core.Tracer) or (isinstance(leaf, jax.Array) and leaf.committed):
+            return None
+    used = max(n for n in range(1, min(len(devices), num_chains) + 1) if num_chains % n == 0)
+    if used < 2:
+        return None
+    mesh = jax.sharding.Mesh(np.asarray(devices[:used], dtype=object), (CHAIN_AXIS,))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(CHAIN_AXIS))
+
+
+def place_chains(tree: Any, sharding: jax.sharding.NamedSharding | None) -> Any:
+    """``tree`` (arrays with a leading chain axis) placed with ``sharding``; unchanged for ``None``."""
+    return tree if sharding is None or tree is None else jax.device_put(tree, sharding)
+
+
+def chain_mesh_of(keys: Any) -> jax.sharding.Mesh | None:
+    """The one-axis mesh that per-chain ``keys`` are sharded over along their chain axis (by
+    :func:`default_chain_sharding` or :func:`numpyro_mile.runs.distributed.shard_chains`), or ``None``
+    when they are not sharded over several devices, are traced, or span several processes."""
+    sharding = getattr(keys, "sharding", None)
+    if (isinstance(keys, jax.core.Tracer) or not isinstance(sharding, jax.sharding.NamedSharding)
+            or len(sharding.mesh.axis_names) != 1 or len(sharding.device_set) < 2 or not keys.is_fully_addressable):
+        return None
+    spec = tuple(sharding.spec)
+    return sharding.mesh if spec and spec[0] == sharding.mesh.axis_names[0] else None

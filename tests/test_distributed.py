@@ -67,9 +67,12 @@ from numpyro_mile import deep_ensemble, run_distributed, sharded_deep_ensemble
 from numpyro_mile.runs.distributed import collectives, to_host
 warnings.simplefilter("ignore")
 assert jax.device_count() == 4
-keys = jax.random.split(jax.random.PRNGKey(0), 6)
-init = {"w": 0.3 * jax.random.normal(jax.random.PRNGKey(1), (6, 2)),
-        "b": 0.3 * jax.random.normal(jax.random.PRNGKey(2), (6,))}
+# the references run on one device: inputs committed to a device keep the kernels from sharding them
+one = jax.devices()[0]
+keys = jax.device_put(jax.random.split(jax.random.PRNGKey(0), 6), one)
+init = jax.device_put({"w": 0.3 * jax.random.normal(jax.random.PRNGKey(1), (6, 2)),
+                       "b": 0.3 * jax.random.normal(jax.random.PRNGKey(2), (6,))}, one)
+num_devices = lambda tree: max(len(x.sharding.device_set) for x in jax.tree.leaves(tree))
 first = lambda n: jax.tree.map(lambda v: v[:n], init)
 new_mcmc = lambda name, n: MCMC(kernel(name), num_warmup=20, num_samples=10, num_chains=n,
                                 chain_method="vectorized", progress_bar=False)
@@ -102,9 +105,16 @@ for name in ["mile", "sgld", "icsgld", "smile"]:
         if not gather:
             out["kept"] = dict(shape=list(run.samples["w"].shape), spec=str(tuple(run.samples["w"].sharding.spec)),
                                padded=run.num_padded_chains)
+    assert num_devices(ref(6).last_state) == 1
     mcmc = new_mcmc(name, 6)
     run = run_distributed(mcmc, keys, X, y, init_params=init, **model_kwargs(name))
     record(name, 6, ref(6), mcmc, run.samples["w"])
+    # a plain vectorized run from uncommitted inputs: sharded over 3 of the 4 devices by default (6 chains)
+    default = new_mcmc(name, 6)
+    default.run(jax.random.split(jax.random.PRNGKey(0), 6), X, y, init_params=jax.tree.map(np.asarray, init),
+                **model_kwargs(name))
+    record(f"default_{name}", 6, ref(6), default, default.get_samples(group_by_chain=True)["w"])
+    out[f"default_{name}_6"]["devices"] = num_devices(default.last_state)
     out[f"{name}_state_specs"] = sorted({str(tuple(x.sharding.spec)) for x in jax.tree.leaves(mcmc.last_state)})
     if name != "sgld":  # what crosses devices in one step of 8 sharded chains
         kern, kw = mcmc.sampler, model_kwargs(name)
@@ -117,6 +127,11 @@ pretrained = MCMC(kernel("mile", pretrain_epochs=2), num_warmup=20, num_samples=
                   chain_method="vectorized", progress_bar=False)
 pretrained.run(keys[:3], X, y)
 out["mile_pretrained_draws"] = np.asarray(pretrained.get_samples(group_by_chain=True)["w"]).tolist()
+default = MCMC(kernel("mile", pretrain_epochs=2), num_warmup=20, num_samples=10, num_chains=3,
+               chain_method="vectorized", progress_bar=False)
+default.run(jax.random.split(jax.random.PRNGKey(0), 6)[:3], X, y)  # pretraining and sampling on 3 devices
+record("default_mile_pretrained", 3, pretrained, default, default.get_samples(group_by_chain=True)["w"])
+out["default_mile_pretrained_3"]["devices"] = num_devices(default.last_state)
 de = deep_ensemble(linreg, jax.random.PRNGKey(3), 3, X, y, max_epochs=2, progress_bar=False)
 sde = sharded_deep_ensemble(linreg, jax.random.PRNGKey(3), 3, X, y, max_epochs=2, progress_bar=False)
 out["ensemble"] = dict(diff=float(np.abs(np.asarray(de.init_params["w"]) - sde.init_params["w"]).max()),
@@ -214,12 +229,28 @@ def test_sharded_chains_equal_vectorized_chains(four_devices, name):
             assert res["theta_diff"] < 1e-6, (n, res)
 
 
+@pytest.mark.parametrize("name", ["mile", "sgld", "icsgld", "smile", "mile_pretrained"])
+def test_vectorized_chains_run_over_every_device_by_default(four_devices, name):
+    """A plain ``MCMC(..., chain_method="vectorized")`` of MILE or SGLD shards its chains over the local devices
+    (issue #29): 6 chains on 3 of 4 devices (the largest count that divides them), 3 pretrained MILE chains on 3;
+    the draws equal those of the one-device run of the same keys (inputs committed to one device stay there).
+    SMILE and ICSGLD, whose steps have cross-chain operations, stay on one device unless run_distributed is used."""
+    n = 3 if name == "mile_pretrained" else 6
+    res = four_devices[f"default_{name}_{n}"]
+    assert res["devices"] == (1 if name in ("smile", "icsgld") else 3), res
+    assert res["shape"] == [n, 10, 2]
+    tol = TOL[name.split("_")[0]]
+    assert res["diff"] < tol, res
+    assert res["other_chain"] > 20 * tol, res
+
+
 def test_only_the_histogram_crosses_devices(four_devices):
     """ICSGLD: one all-reduce of the m bins (plus a few scalars), never positions or gradients.
 
-    MILE: scalars each step, and once, at the end of warmup, an all-gather of the Phase III sample
-    buffer (8 chains x 3 coordinates x 10 stored draws, zero-padded to 20 for the FFT, and its
-    complex transform): XLA does not partition FFTs over a batch axis, so the ESS runs replicated.
+    MILE: nothing at all; its end-of-warmup ESS runs per device block of chains (``shard_map``: XLA
+    does not partition an FFT over a batch axis, and would all-gather the Phase III buffer). No
+    collective also means that sharding MILE by default cannot deadlock XLA's CPU collectives under
+    NumPyro's one-call-per-step progress-bar loop.
 
     SMILE: independent chains, nothing larger than a scalar.
     """
@@ -227,9 +258,7 @@ def test_only_the_histogram_crosses_devices(four_devices):
     assert ics and {op for op, _, _ in ics} == {"all-reduce"}
     sizes = sorted(count for _, _, count in ics)  # the bins and the walker count; a few scalars
     assert NUM_BINS <= sizes[-1] <= NUM_BINS + 1 and all(size <= 2 for size in sizes[:-1]), ics
-    mile = four_devices["mile_collectives"]
-    big = [(op, count) for op, _, count in mile if count > 1]
-    assert all(op == "all-gather" and count <= 8 * 3 * 20 for op, count in big), mile
+    assert four_devices["mile_collectives"] == []
     assert all(count <= 2 for _, _, count in four_devices["smile_collectives"])  # independent chains: scalars
     for name in ("mile", "sgld", "icsgld", "smile"):  # per-chain state sharded, shared fields replicated
         assert set(four_devices[f"{name}_state_specs"]) <= {"('chains',)", "()"}

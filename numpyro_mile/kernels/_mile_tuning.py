@@ -87,7 +87,7 @@ def make_schedule(
     n_eff: float = 100.0,
     trust: float = 1.5,
     L_factor: float = 0.4,
-    max_stored_samples: int = 10_000,
+    max_stored_samples: int = 1000,
 ) -> Schedule:
     """Phase lengths and settings for ``num_warmup`` tuning steps; raises when they are too few.
 

@@ -169,6 +169,7 @@ class SGLD(MinibatchKernel):
     """
 
     kernel_name = "SGLD"
+    shards_chains_by_default = True
     state_axes = _STATE_AXES
 
     def __init__(

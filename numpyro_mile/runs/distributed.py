@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .._arrays import to_host
+from .._arrays import CHAIN_AXIS, to_host
 from ..ensemble import fit_members
 
 __all__ = [
@@ -63,10 +63,6 @@ __all__ = [
     "sharded_deep_ensemble",
     "to_host",
 ]
-
-#: name of the mesh axis the chains are sharded over
-CHAIN_AXIS = "chains"
-
 
 class DistributedRun(NamedTuple):
     """Result of :func:`run_distributed`.
