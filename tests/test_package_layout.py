@@ -1,6 +1,9 @@
 """The package's layering (docs/architecture.md): imports run one way, the public API is one __all__."""
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpyro_mile
@@ -75,3 +78,15 @@ def test_public_api_is_one_all():
                  "enable_compilation_cache", "__version__"):
         assert name in numpyro_mile.__all__, name
     assert numpyro_mile.__version__ != "unknown"  # read from the installed package's metadata
+
+
+def test_importing_the_package_leaves_jax_unstarted():
+    """``import numpyro_mile`` starts no JAX backend (BlackJAX, which does at import, is imported on first use), so
+    NumPyro's advice ``numpyro.set_host_device_count(n)`` still works after it: vectorized chains then use every
+    core (issue #29)."""
+    code = ("import numpyro_mile, numpyro\nnumpyro.set_host_device_count(3)\nimport jax\n"
+            "print(jax.local_device_count())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "3"

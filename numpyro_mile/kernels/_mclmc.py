@@ -13,16 +13,23 @@ log densities: the sign is flipped here, once.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+import importlib
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from blackjax.diagnostics import effective_sample_size
-from blackjax.mcmc import integrators
-from blackjax.mcmc import mclmc as _mclmc
-from blackjax.mcmc.integrators import IntegratorState, partially_refresh_momentum
 
-__all__ = ["IntegratorState", "StepInfo", "init", "step", "ess"]
+__all__ = ["StepInfo", "init", "step", "ess", "esh_kick", "partially_refresh_momentum"]
+
+#: BlackJAX's ``IntegratorState`` (position, momentum, logdensity, logdensity_grad), a NamedTuple
+IntegratorState = Any
+
+
+def _blackjax(module: str):
+    """``blackjax.<module>``, imported on first use: importing BlackJAX runs JAX computations, which start
+    JAX's backend, and ``import numpyro_mile`` must not, so that ``numpyro.set_host_device_count`` still
+    works after it (NumPyro's advice for using every CPU core)."""
+    return importlib.import_module(f"blackjax.{module}")
 
 #: gradient evaluations of one MCLMC step with the McLachlan integrator
 GRAD_EVALS_PER_STEP = 2
@@ -41,7 +48,7 @@ def _logdensity(potential_fn: Callable) -> Callable:
 
 def init(position, potential_fn: Callable, rng_key) -> IntegratorState:
     """Initial MCLMC state at ``position`` (a pytree) with a random unit momentum."""
-    return _mclmc.init(position, _logdensity(potential_fn), rng_key)
+    return _blackjax("mcmc.mclmc").init(position, _logdensity(potential_fn), rng_key)
 
 
 def _all_finite(tree) -> jax.Array:
@@ -57,7 +64,7 @@ def step(rng_key, state: IntegratorState, potential_fn: Callable, L, step_size) 
     ``finite`` is ``False`` and the energy change reported is 0. Uses two random normal vectors.
     """
     key1, key2 = jax.random.split(rng_key)
-    integrate = integrators.isokinetic_mclachlan(_logdensity(potential_fn))
+    integrate = _blackjax("mcmc.integrators").isokinetic_mclachlan(_logdensity(potential_fn))
     half = step_size * 0.5
     moved = state._replace(momentum=partially_refresh_momentum(state.momentum, key1, half, L))
     moved, kinetic_change = integrate(moved, step_size)
@@ -70,4 +77,14 @@ def step(rng_key, state: IntegratorState, potential_fn: Callable, L, step_size) 
 
 def ess(samples: jax.Array) -> jax.Array:
     """Effective sample size of each column of one chain's ``samples`` (shape ``(n, d)``), by FFT."""
-    return effective_sample_size(samples[None], chain_axis=0, sample_axis=1)
+    return _blackjax("diagnostics").effective_sample_size(samples[None], chain_axis=0, sample_axis=1)
+
+
+def partially_refresh_momentum(momentum, rng_key, step_size, L):
+    """BlackJAX's partial momentum refresh (unit-norm momentum, decoherence length ``L``)."""
+    return _blackjax("mcmc.integrators").partially_refresh_momentum(momentum, rng_key, step_size, L)
+
+
+def esh_kick(inverse_mass) -> Callable:
+    """BlackJAX's isokinetic (ESH) momentum update with diagonal ``inverse_mass`` (SMILE's minibatch step)."""
+    return _blackjax("mcmc.integrators").esh_dynamics_momentum_update_one_step(inverse_mass)

@@ -47,7 +47,6 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from blackjax.mcmc.integrators import esh_dynamics_momentum_update_one_step, partially_refresh_momentum
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import is_prng_key
@@ -55,6 +54,7 @@ from numpyro.util import is_prng_key
 from .. import _model_utils as mu
 from .._validation import is_concrete
 from ..ensemble import DeepEnsemble, fit_members, pretraining_plate
+from . import _mclmc as mclmc
 from . import _smile_tuning as tuner
 from ._langevin import MinibatchKernel, as_jax_args
 
@@ -173,11 +173,11 @@ def smile_step(state: SMILEState, potential: Callable, config: SMILEConfig,
         inverse_mass = 1.0 / jnp.square(noise_scale(state.grad_var, config.min_scale))
     else:
         inverse_mass = 1.0
-    kick = esh_dynamics_momentum_update_one_step(inverse_mass)
+    kick = mclmc.esh_kick(inverse_mass)
     eps = state.step_size
     u = state.momentum
     if config.L is not None:
-        u = partially_refresh_momentum(u, refresh_key, eps, config.L)
+        u = mclmc.partially_refresh_momentum(u, refresh_key, eps, config.L)
         u = jnp.where(jnp.any(state.momentum != 0), u, state.momentum)  # a zero velocity stays zero
     u, velocity, dK1 = kick(u, state.logdensity_grad, eps, B1)
     x1 = x + 0.5 * eps * velocity
