@@ -46,10 +46,10 @@ def linreg(X, y=None, subsample_size=None):
 rng = np.random.default_rng(0)
 X = jnp.asarray(rng.normal(size=(40, 2)), jnp.float32)
 y = X @ jnp.array([1.0, -0.5]) + 0.3 + 0.5 * jnp.asarray(rng.normal(size=40), jnp.float32)
-def kernel(name, pretrain_epochs=None):
+def kernel(name, pretrain_epochs=None, shard_chains=None):
     from numpyro_mile import ICSGLD, MILE, SGLD, SMILE
     if name == "mile":
-        return MILE(linreg, phase_split=(0.4, 0.1, 0.5),
+        return MILE(linreg, phase_split=(0.4, 0.1, 0.5), shard_chains=shard_chains,
                     ensemble_options=dict(max_epochs=pretrain_epochs or 1, progress_bar=False))
     if name == "sgld":
         return SGLD(linreg, 1e-3)
@@ -109,12 +109,20 @@ for name in ["mile", "sgld", "icsgld", "smile"]:
     mcmc = new_mcmc(name, 6)
     run = run_distributed(mcmc, keys, X, y, init_params=init, **model_kwargs(name))
     record(name, 6, ref(6), mcmc, run.samples["w"])
-    # a plain vectorized run from uncommitted inputs: sharded over 3 of the 4 devices by default (6 chains)
-    default = new_mcmc(name, 6)
+    # a plain vectorized run from uncommitted inputs (MILE: forced with shard_chains=True, as this model is too
+    # small for the automatic rule): MILE on 3 of the 4 devices (6 chains), the others on one
+    default = MCMC(kernel(name, shard_chains=True) if name == "mile" else kernel(name), num_warmup=20,
+                   num_samples=10, num_chains=6, chain_method="vectorized", progress_bar=False)
     default.run(jax.random.split(jax.random.PRNGKey(0), 6), X, y, init_params=jax.tree.map(np.asarray, init),
                 **model_kwargs(name))
     record(f"default_{name}", 6, ref(6), default, default.get_samples(group_by_chain=True)["w"])
     out[f"default_{name}_6"]["devices"] = num_devices(default.last_state)
+    if name == "mile":  # the automatic rule: this model's steps are too little work to shard
+        auto = new_mcmc(name, 6)
+        auto.run(jax.random.split(jax.random.PRNGKey(0), 6), X, y, init_params=jax.tree.map(np.asarray, init))
+        out["mile_auto_devices"] = num_devices(auto.last_state)
+        from numpyro_mile._arrays import default_chain_sharding
+        out["auto_rule"] = [default_chain_sharding(6, step_flops=f) is not None for f in (1e6, 1e9)]
     out[f"{name}_state_specs"] = sorted({str(tuple(x.sharding.spec)) for x in jax.tree.leaves(mcmc.last_state)})
     if name != "sgld":  # what crosses devices in one step of 8 sharded chains
         kern, kw = mcmc.sampler, model_kwargs(name)
@@ -127,7 +135,7 @@ pretrained = MCMC(kernel("mile", pretrain_epochs=2), num_warmup=20, num_samples=
                   chain_method="vectorized", progress_bar=False)
 pretrained.run(keys[:3], X, y)
 out["mile_pretrained_draws"] = np.asarray(pretrained.get_samples(group_by_chain=True)["w"]).tolist()
-default = MCMC(kernel("mile", pretrain_epochs=2), num_warmup=20, num_samples=10, num_chains=3,
+default = MCMC(kernel("mile", pretrain_epochs=2, shard_chains=True), num_warmup=20, num_samples=10, num_chains=3,
                chain_method="vectorized", progress_bar=False)
 default.run(jax.random.split(jax.random.PRNGKey(0), 6)[:3], X, y)  # pretraining and sampling on 3 devices
 record("default_mile_pretrained", 3, pretrained, default, default.get_samples(group_by_chain=True)["w"])
@@ -231,17 +239,24 @@ def test_sharded_chains_equal_vectorized_chains(four_devices, name):
 
 @pytest.mark.parametrize("name", ["mile", "sgld", "icsgld", "smile", "mile_pretrained"])
 def test_vectorized_chains_run_over_every_device_by_default(four_devices, name):
-    """A plain ``MCMC(..., chain_method="vectorized")`` of MILE or SGLD shards its chains over the local devices
-    (issue #29): 6 chains on 3 of 4 devices (the largest count that divides them), 3 pretrained MILE chains on 3;
-    the draws equal those of the one-device run of the same keys (inputs committed to one device stay there).
-    SMILE and ICSGLD, whose steps have cross-chain operations, stay on one device unless run_distributed is used."""
+    """``MCMC(MILE(model, shard_chains=True), ..., chain_method="vectorized")`` shards its chains over the local
+    devices (issue #29): 6 chains on 3 of 4 devices (the largest count that divides them), 3 pretrained chains on
+    3; the draws equal those of the one-device run of the same keys (inputs committed to one device stay there).
+    SGLD, SMILE and ICSGLD stay on one device unless run_distributed is used."""
     n = 3 if name == "mile_pretrained" else 6
     res = four_devices[f"default_{name}_{n}"]
-    assert res["devices"] == (1 if name in ("smile", "icsgld") else 3), res
+    assert res["devices"] == (3 if name.startswith("mile") else 1), res
     assert res["shape"] == [n, 10, 2]
     tol = TOL[name.split("_")[0]]
     assert res["diff"] < tol, res
     assert res["other_chain"] > 20 * tol, res
+
+
+def test_mile_shards_by_default_only_when_a_step_is_enough_work(four_devices):
+    """``shard_chains=None``: sharded when a step of all chains costs at least MIN_SHARDED_STEP_FLOPS (NumPyro's
+    progress bar launches the step once per step; a multi-device launch costs more than this model's step)."""
+    assert four_devices["auto_rule"] == [False, True]
+    assert four_devices["mile_auto_devices"] == 1
 
 
 def test_only_the_histogram_crosses_devices(four_devices):

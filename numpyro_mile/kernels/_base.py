@@ -62,12 +62,6 @@ class ChainKernel(MCMCKernel):
     kernel_name = "kernel"
     #: vmap axes of a ``vectorized`` state: a state NamedTuple of ``0`` (chain axis) and ``None`` (shared)
     state_axes: Any = None
-    #: whether ``vectorized`` chains are sharded over the local devices by default
-    #: (:func:`numpyro_mile._arrays.default_chain_sharding`). Only kernels whose step has no
-    #: cross-chain operation: NumPyro's progress-bar loop dispatches one step per call, and XLA's
-    #: CPU collectives can deadlock when the next call is queued while one waits at a rendezvous
-    #: (seen with SMILE's step, 2 host devices, progress bar on)
-    shards_chains_by_default = False
     #: advice appended to the rejected-steps warning
     nan_advice = "The step size is probably too large for this model: see the 'num_nans' extra field."
 

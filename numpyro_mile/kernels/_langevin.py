@@ -23,7 +23,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.util import is_prng_key
 
-from .._arrays import as_jax_arrays, default_chain_sharding, place_chains, to_host
+from .._arrays import as_jax_arrays, to_host
 from ..minibatch import MinibatchModel
 from ._base import ChainKernel, ProgramsPerArgs
 
@@ -214,10 +214,6 @@ class MinibatchKernel(ChainKernel):
                                   rng_key=keys[0])
         if init_params is not None:
             init_params = self._mb.check_init_params(init_params, keys.shape[0], batched)
-        # vectorized chains run sharded over this process's devices when it has several
-        shard = batched and self.shards_chains_by_default
-        sharding = default_chain_sharding(keys.shape[0], keys, init_params) if shard else None
-        keys, init_params = place_chains(keys, sharding), place_chains(init_params, sharding)
         init = self._programs.get("init", model_args, model_kwargs, lambda: build_init(
             self._mb, model_args, model_kwargs, self.init_strategy, make_state))
         state = init(keys, init_params)

@@ -275,6 +275,12 @@ class MILE(ChainKernel):
     :param init_strategy: NumPyro init strategy when not pretraining.
     :param map_steps: Adam steps on the potential before tuning, when not pretraining.
     :param map_learning_rate: learning rate of those Adam steps.
+    :param shard_chains: ``vectorized`` chains on several local devices (GPUs, or CPU cores exposed with
+        ``numpyro.set_host_device_count``): ``None`` (default) shards them over the devices when a step of
+        all chains is enough work to pay for launching a multi-device step once per step, as NumPyro's
+        progress bar does (at least :data:`numpyro_mile._arrays.MIN_SHARDED_STEP_FLOPS`, from XLA's
+        operation count of the gradient); ``True`` whenever there are several devices; ``False`` never.
+        Inputs the caller placed on devices (committed keys or ``init_params``) are kept where they are.
 
     **Example**
 
@@ -295,7 +301,6 @@ class MILE(ChainKernel):
     """
 
     kernel_name = "MILE"
-    shards_chains_by_default = True
     state_axes = _STATE_AXES
     nan_advice = ("The tuned step size may be too large for this region: see the 'num_nans' and 'diverging' fields, "
                   "and consider a lower target_energy_variance.")
@@ -320,6 +325,7 @@ class MILE(ChainKernel):
         init_strategy: Callable = init_to_uniform,
         map_steps: int = 0,
         map_learning_rate: float = 1e-2,
+        shard_chains: bool | None = None,
     ):
         if (model is None) == (potential_fn is None):
             raise ValueError("MILE needs exactly one of a NumPyro model (MILE(mlp_regression)) or a potential "
@@ -341,6 +347,7 @@ class MILE(ChainKernel):
         self.initial_step_size, self.initial_L = initial_step_size, initial_L
         self.ess_num_coords, self.max_stored_samples = ess_num_coords, max_stored_samples
         self.init_strategy = init_strategy
+        self.shard_chains = shard_chains
         self.map_steps, self.map_learning_rate = map_steps, map_learning_rate
         #: deep ensembles trained by ``init`` (one entry per call: all chains when vectorized)
         self.ensembles: list[DeepEnsemble] = []
@@ -389,15 +396,12 @@ class MILE(ChainKernel):
         batched = not is_prng_key(rng_key)
         keys = rng_key if batched else rng_key[None]
         num_chains = keys.shape[0]
-        # vectorized chains run sharded over this process's devices when it has several
-        sharding = default_chain_sharding(num_chains, keys, init_params) if batched else None
-        keys = place_chains(keys, sharding)
         schedule = tuning.make_schedule(
             num_warmup, phase_split=self.phase_split, target_energy_variance=self.target_energy_variance,
             target_schedule=self.target_schedule, n_eff=self.n_eff, trust=self.trust, L_factor=self.L_factor,
             max_stored_samples=self.max_stored_samples,
         )
-        self._config = MILEConfig(schedule, None, batched, int(num_warmup), chain_mesh_of(keys))  # coords: later
+        self._config = MILEConfig(schedule, None, batched, int(num_warmup))  # coords, mesh: set by _init_state
         chain_keys = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
         pretrain_keys, init_keys, state_keys = chain_keys[:, 0], chain_keys[:, 1], chain_keys[:, 2]
 
@@ -406,7 +410,7 @@ class MILE(ChainKernel):
             self._potential_fn_gen = lambda *args, **kwargs: self._potential_fn
             self._postprocess_fn_gen = None
             self._data = _programs.split_data((), {})
-            return self._init_state(place_chains(init_params, sharding), state_keys)
+            return self._init_state(init_params, state_keys)
 
         trace = mu.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
         mu.check_continuous(trace, "MILE")
@@ -440,7 +444,7 @@ class MILE(ChainKernel):
                     init_params = jax.vmap(self._map_optimise, (0, None))(init_params, potential_fn)
         else:
             init_params = self._check_init_params(init_params, trace, num_chains)
-        return self._init_state(place_chains(init_params, sharding), state_keys)
+        return self._init_state(init_params, state_keys)
 
     def _init_state(self, init_params, state_keys) -> MILEState:
         """The initial state of every chain from ``init_params`` (a pytree with a leading chain axis)."""
@@ -451,7 +455,10 @@ class MILE(ChainKernel):
         coords = None
         if dim > self.ess_num_coords:
             coords = np.sort(np.random.default_rng(0).choice(dim, self.ess_num_coords, replace=False))
-        self._config = config = self._config._replace(coords=coords)
+        if self._config.batched:  # vectorized chains: sharded over the local devices when it pays
+            sharding = self._chain_sharding(init_params, state_keys)
+            init_params, state_keys = place_chains(init_params, sharding), place_chains(state_keys, sharding)
+        self._config = config = self._config._replace(coords=coords, mesh=chain_mesh_of(state_keys))
         initial_L = self.initial_L if self.initial_L is not None else max(np.sqrt(dim), 15.0)
         dim_stored = dim if coords is None else len(coords)
         target = self._model if self._potential_fn is None else self._potential_fn
@@ -464,6 +471,20 @@ class MILE(ChainKernel):
             state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
         self._sample_fn = self.sample  # initialised: a run from mcmc.post_warmup_state does not call init again
         return state._replace(data=self._data.arrays)
+
+    def _chain_sharding(self, init_params, state_keys):
+        """Where ``vectorized`` chains go (``shard_chains``): a sharding over the local devices, or ``None``."""
+        num_chains = int(state_keys.shape[0])
+        if self.shard_chains is False:
+            return None
+        flops = None
+        if self.shard_chains is None and is_concrete(state_keys):
+            args, kwargs = _programs.join_data(self._data.key, self._data.arrays)
+            potential_fn = self._potential_fn_gen(*args, **kwargs)
+            one = jax.tree.map(lambda x: x[0], init_params)
+            cost = jax.jit(jax.grad(potential_fn)).lower(one).cost_analysis()
+            flops = mclmc.GRAD_EVALS_PER_STEP * num_chains * float((cost or {}).get("flops", 0.0))
+        return default_chain_sharding(num_chains, state_keys, init_params, step_flops=flops)
 
     def _model_data(self, state: MILEState, model_args, model_kwargs) -> tuple[tuple, dict]:
         """The model's arguments for a step: the data carried in ``state`` when ``model_args`` are the

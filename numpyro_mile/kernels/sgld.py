@@ -169,7 +169,6 @@ class SGLD(MinibatchKernel):
     """
 
     kernel_name = "SGLD"
-    shards_chains_by_default = True
     state_axes = _STATE_AXES
 
     def __init__(
