@@ -92,18 +92,21 @@ def test_cost_estimate_counts_the_phase3_buffer():
     assert cost.state_bytes == 3 * 4 * (5 * 40 + stored * 32)  # 32 of the 40 coordinates are stored
 
 
-def _phase3_L(positions, step_size, schedule):
-    """The reference's L from every Phase III position and every coordinate (one chain, ``(n3, d)``)."""
+def _phase3_taus(positions):
+    """``n / ESS`` of every coordinate of one chain's Phase III positions ``(n, d)``, as the reference computes it."""
     ess = np.asarray(effective_sample_size(jnp.asarray(positions)[None]))
     assert np.all(np.isfinite(ess) & (ess > 0))
-    return float(0.4 * step_size * np.mean(positions.shape[0] / ess))
+    return positions.shape[0] / ess
 
 
-def test_default_buffer_gives_the_reference_L_within_the_estimators_own_noise():
+def test_default_buffer_gives_the_reference_L_within_the_subsets_sampling_error():
     """The default buffer (32 random coordinates, thinned to 1,000 positions) against the reference statistic
-    (all coordinates, every Phase III position) on the same run of a small BNN: the log-ratio per chain is no
-    larger, on average, than the log-ratio between the reference's estimates from the two halves of Phase III
-    (the ESS estimator's own noise), and nowhere more than 2x it."""
+    (``0.4 eps mean_i(n / ESS_i)`` over all coordinates and every Phase III position) on the same run of a small
+    BNN. The only difference meant is which coordinates enter the mean, so per chain the log-ratio must be within
+    4 standard errors of a 32-coordinate mean (from the spread of ``n / ESS_i`` over all coordinates, with the
+    finite-population correction), plus 2 % for the thinning by 2 (under 1 % on airfoil at the paper's budget).
+    The ESS estimator's own noise is larger: the reference's estimates from the two halves of Phase III differ
+    by 6-32 % on airfoil (docs/methods/mile.md)."""
     from numpyro_mile.datasets import toy_regression
     from numpyro_mile.models import mlp_regression
 
@@ -114,22 +117,19 @@ def test_default_buffer_gives_the_reference_L_within_the_estimators_own_noise():
                 progress_bar=False)
     mcmc.warmup(jax.random.PRNGKey(0), X, y, hidden=(16, 16), collect_warmup=True)
     schedule = kernel._config.schedule
-    assert schedule.thin3 == 2 and kernel._config.coords is not None
+    assert schedule.thin3 == 2 and len(kernel._config.coords) == 32
     state = mcmc.last_state
     z = mcmc.get_samples(group_by_chain=True)
     n0 = schedule.num_phase1 + schedule.num_phase2
     phase3 = np.concatenate([np.asarray(z[name][:, n0:]).reshape(chains, schedule.num_phase3, -1)
                              for name in sorted(z)], axis=-1)
-    half = schedule.num_phase3 // 2
-    ours, noise = [], []
-    for c in range(chains):
-        eps = state.step_size[c]
-        reference = _phase3_L(phase3[c], eps, schedule)
-        halves = [_phase3_L(phase3[c, s:s + half], eps, schedule) * schedule.num_phase3 / half for s in (0, half)]
-        ours.append(abs(math.log(float(state.L[c]) / reference)))
-        noise.append(abs(math.log(halves[0] / halves[1])))
-    assert np.mean(ours) <= np.mean(noise), (ours, noise)
-    assert max(ours) <= 2 * max(noise), (ours, noise)
+    d, c = phase3.shape[-1], 32
+    for chain in range(chains):
+        taus = _phase3_taus(phase3[chain])
+        reference = 0.4 * float(state.step_size[chain]) * taus.mean()
+        rel_se = taus.std(ddof=1) / taus.mean() / math.sqrt(c) * math.sqrt(1 - c / d)
+        log_ratio = math.log(float(state.L[chain]) / reference)
+        assert abs(log_ratio) <= 4 * rel_se + 0.02, (chain, log_ratio, rel_se)
 
 
 # ---------------------------------------------------------------------------------------------- robust ESS -> L
@@ -178,3 +178,76 @@ def test_kernel_keeps_the_phase2_L_and_warns_when_no_ess_is_usable(monkeypatch):
     np.testing.assert_allclose(L, phase2_L, rtol=1e-5)
     assert not np.allclose(L, np.asarray(reference.last_state.L))  # the ESS-based L differs
     assert math.isfinite(float(np.sum(mcmc.get_samples()["x"])))
+
+
+# ---------------------------------------------------------------------------------------------- float32 safety
+def test_step_size_predictor_is_the_reference_formula_and_float32_safe():
+    """The log-space predictor equals the reference's ``(x / t)^(-1/6)`` (computed in float64) where that is
+    representable, and stays finite, positive and above its floor at step sizes whose sixth power underflows
+    float32 (the reference formula then overflowed: step size 0, L NaN, a frozen chain; issue #30)."""
+    schedule = adaptation.make_schedule(1000)
+    rng = np.random.default_rng(0)
+    adapt = adaptation.init(1, 2, schedule, 1e-3)
+    eps, x, t = 1e-3, 0.0, 0.0
+    decay = (schedule.n_eff - 1) / (schedule.n_eff + 1)
+    for _ in range(50):  # moderate regime: compare with the reference formula in float64
+        dE, target = rng.normal() * 0.05, 0.1
+        new, adapt = adaptation.update_step_size(adapt, jnp.float32(eps), jnp.float32(dE), True, 2, target, schedule)
+        xi = dE**2 / (2 * target) + 1e-8
+        w = np.exp(-0.5 * (np.log(xi) / (6 * schedule.trust)) ** 2)
+        x, t = decay * x + w * xi / eps**6, decay * t + w
+        np.testing.assert_allclose(float(new), (x / t) ** (-1 / 6), rtol=2e-5)
+        eps = float(new)
+    adapt = adaptation.init(1, 2, schedule, 1e-3)
+    eps = jnp.float32(1e-3)
+    for _ in range(3000):  # an energy error the target can never reach: the step size shrinks smoothly (no jump
+        # to the floor when eps^6 underflows), never to 0 or NaN
+        new, adapt = adaptation.update_step_size(adapt, eps, jnp.float32(0.01), True, 2, 1e-5, schedule)
+        assert np.isfinite(float(new)) and float(new) >= float(adapt.step_size_min) > 0
+        assert float(new) > 0.5 * float(eps)
+        eps = new
+    assert float(eps) < 1e-6
+
+
+def _numpyro_normal_model(improper: bool):
+    """NumPyro's ``test_uniform_normal`` / ``test_improper_normal`` models (test/infer/test_mcmc.py)."""
+    from numpyro.distributions.transforms import AffineTransform
+    from numpyro.infer.reparam import TransformReparam
+
+    def model(data):
+        alpha = numpyro.sample("alpha", dist.Uniform(0, 1))
+        base = dist.Uniform(0, 1).mask(False) if improper else dist.Uniform(0, 1)
+        with numpyro.handlers.reparam(config={"loc": TransformReparam()}):
+            loc = numpyro.sample("loc", dist.TransformedDistribution(base, AffineTransform(0, alpha)))
+        numpyro.sample("obs", dist.Normal(loc, 0.1), obs=data)
+
+    return model
+
+
+@pytest.mark.parametrize("improper, atol", [(False, 0.05), (True, 0.007)])
+def test_exact_setting_samples_numpyro_normal_models_in_float32(improper, atol):
+    """README's exact setting in float32 on NumPyro's models (potential energy ~77,000, where float32 resolves
+    ~0.008): the posterior mean of ``loc`` within NumPyro's tolerances of 0.9 (issue #30 quotes 0.05 / 0.007)."""
+    data = 0.9 + jax.random.normal(jax.random.PRNGKey(0), (1000,))
+    kernel = MILE(_numpyro_normal_model(improper), target_energy_variance=(5e-4, 5e-4))
+    mcmc = MCMC(kernel, num_warmup=1000, num_samples=1000, num_chains=4, chain_method="vectorized",
+                progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(2), data)
+    assert mcmc.get_samples()["loc"].dtype == jnp.float32
+    np.testing.assert_allclose(float(jnp.mean(mcmc.get_samples()["loc"])), 0.9, atol=atol)
+    assert kernel.run_warnings(mcmc.last_state) == []
+
+
+def test_unreachable_target_is_reported_not_frozen_silently():
+    """A target float32 cannot resolve at this potential energy: the step sizes shrink by > 1000x but stay finite,
+    L stays finite, and run_warnings names every chain with the fix first (x64 or a larger target)."""
+    data = 0.9 + jax.random.normal(jax.random.PRNGKey(0), (1000,))
+    kernel = MILE(_numpyro_normal_model(False), target_energy_variance=(1e-5, 1e-5))
+    mcmc = MCMC(kernel, num_warmup=1000, num_samples=100, num_chains=2, chain_method="vectorized",
+                progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(2), data)
+    state = mcmc.last_state
+    assert np.all(np.isfinite(np.asarray(state.L))) and np.all(np.asarray(state.step_size) > 0)
+    messages = [m for m in kernel.run_warnings(state) if "enable_x64" in m]
+    assert len(messages) == 1 and messages[0].startswith("MILE: use numpyro.enable_x64()"), messages
+    assert "Chain(s) [0, 1]" in messages[0]

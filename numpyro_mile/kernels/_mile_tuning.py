@@ -16,7 +16,11 @@ The step-size predictor is the one of Robnik et al. (MCLMC) used by MILE:
 ``xi = dE^2 / (d * target) + 1e-8``, ``w = exp(-0.5 * (log xi / (6 * trust))^2)``,
 ``x <- a x + w xi / eps^6``, ``t <- a t + w`` with ``a = (n_eff - 1) / (n_eff + 1)``, and
 ``eps = min((x / t)^(-1/6), eps_max)``. A rejected (non-finite) step sets
-``eps_max = 0.8 * eps`` and does not enter the averages.
+``eps_max = 0.8 * eps`` and does not enter the averages. ``x`` is kept as its logarithm: ``eps^6``
+underflows float32 below ``eps ~ 1e-6`` (``x`` then overflowed, the step size became 0 and L NaN,
+which froze a chain whose target energy variance float32 cannot resolve). The step size is also
+kept at or above ``MIN_STEP_SIZE_FRACTION`` of its starting value; a chain that ends warmup there
+is named by ``MILE.run_warnings``.
 """
 
 from __future__ import annotations
@@ -51,18 +55,20 @@ class Schedule(NamedTuple):
 class AdaptationState(NamedTuple):
     """Per-chain tuning statistics.
 
-    :ivar x: decaying average of ``w * xi / eps^6`` (scalar).
+    :ivar log_x: log of the decaying average of ``w * xi / eps^6`` (scalar; ``-inf`` when empty).
     :ivar t: decaying average of the weights ``w`` (scalar).
     :ivar step_size_max: cap of the step size, lowered after a rejected step (scalar).
+    :ivar step_size_min: floor of the step size, ``MIN_STEP_SIZE_FRACTION`` of the starting one (scalar).
     :ivar weight_sum: sum of step sizes over Phase II (scalar).
     :ivar mean: step-size-weighted mean of the position over Phase II, shape ``(d,)``.
     :ivar m2: step-size-weighted sum of squared deviations over Phase II, shape ``(d,)``.
     :ivar samples: Phase III positions (thinned, coordinate subset), shape ``(num_stored, d_sub)``.
     """
 
-    x: jax.Array
+    log_x: jax.Array
     t: jax.Array
     step_size_max: jax.Array
+    step_size_min: jax.Array
     weight_sum: jax.Array
     mean: jax.Array
     m2: jax.Array
@@ -70,6 +76,9 @@ class AdaptationState(NamedTuple):
 
 
 MIN_PHASE3 = 10
+
+#: the step size stays at or above this fraction of its starting value
+MIN_STEP_SIZE_FRACTION = 1e-6
 
 #: ways the target energy variance goes from start to end over Phases I+II
 TARGET_SCHEDULES = ("auto", "linear", "exponential")
@@ -117,11 +126,13 @@ def make_schedule(
                     float(L_factor))
 
 
-def init(dim_stored: int, dim: int, schedule: Schedule) -> AdaptationState:
-    """Empty statistics for a chain with ``dim`` coordinates, ``dim_stored`` of them recorded."""
+def init(dim_stored: int, dim: int, schedule: Schedule, initial_step_size) -> AdaptationState:
+    """Empty statistics for a chain with ``dim`` coordinates, ``dim_stored`` of them recorded, that starts
+    with step size ``initial_step_size``."""
     zero = jnp.zeros(())
-    return AdaptationState(zero, zero, jnp.asarray(jnp.inf), zero, jnp.zeros(dim), jnp.zeros(dim),
-                           jnp.zeros((schedule.num_stored, dim_stored)))
+    return AdaptationState(jnp.asarray(-jnp.inf), zero, jnp.asarray(jnp.inf),
+                           MIN_STEP_SIZE_FRACTION * jnp.asarray(initial_step_size, zero.dtype), zero,
+                           jnp.zeros(dim), jnp.zeros(dim), jnp.zeros((schedule.num_stored, dim_stored)))
 
 
 def target_energy_variance(i, schedule: Schedule) -> jax.Array:
@@ -147,12 +158,15 @@ def update_step_size(adapt: AdaptationState, step_size, energy_change, finite, d
     xi = jnp.square(energy_change) / (dim * target) + 1e-8
     weight = jnp.exp(-0.5 * jnp.square(jnp.log(xi) / (6.0 * schedule.trust)))
     weight = jnp.where(finite, weight, 0.0)
-    x = decay * adapt.x + weight * (xi / jnp.power(step_size, 6))
+    used = weight > 0
+    log_term = jnp.where(used, jnp.log(jnp.where(used, weight, 1.0)) + jnp.log(xi) - 6.0 * jnp.log(step_size),
+                         -jnp.inf)
+    log_x = jnp.logaddexp(math.log(decay) + adapt.log_x, log_term)
     t = decay * adapt.t + weight
     step_size_max = jnp.where(finite, adapt.step_size_max, 0.8 * step_size)
-    predicted = jnp.where(t > 0, jnp.power(x / jnp.where(t > 0, t, 1.0), -1.0 / 6.0), step_size)
-    new_step_size = jnp.minimum(predicted, step_size_max)
-    return new_step_size, adapt._replace(x=x, t=t, step_size_max=step_size_max)
+    predicted = jnp.where(t > 0, jnp.exp((jnp.log(jnp.where(t > 0, t, 1.0)) - log_x) / 6.0), step_size)
+    new_step_size = jnp.minimum(jnp.maximum(predicted, adapt.step_size_min), step_size_max)
+    return new_step_size, adapt._replace(log_x=log_x, t=t, step_size_max=step_size_max)
 
 
 def accumulate_moments(adapt: AdaptationState, position_flat, weight, active) -> AdaptationState:
@@ -165,9 +179,12 @@ def accumulate_moments(adapt: AdaptationState, position_flat, weight, active) ->
     return adapt._replace(weight_sum=weight_sum, mean=mean, m2=m2)
 
 
-def L_from_moments(adapt: AdaptationState) -> jax.Array:
-    """``sqrt(sum of the weighted variances)`` of Phase II."""
-    return jnp.sqrt(jnp.sum(adapt.m2 / adapt.weight_sum))
+def L_from_moments(adapt: AdaptationState, fallback_L) -> jax.Array:
+    """``sqrt(sum of the weighted variances)`` of Phase II; ``fallback_L`` when no step entered them or the
+    result is not finite and positive."""
+    ok = adapt.weight_sum > 0
+    L = jnp.sqrt(jnp.sum(adapt.m2 / jnp.where(ok, adapt.weight_sum, 1.0)))
+    return jnp.where(ok & jnp.isfinite(L) & (L > 0), L, fallback_L)
 
 
 def record_sample(adapt: AdaptationState, position_sub, step_in_phase3, schedule: Schedule) -> AdaptationState:

@@ -99,7 +99,7 @@ def _init_program(target: Callable, is_model: bool, data_key, schedule: tuning.S
                 dynamics=mclmc.init(params, potential_fn, momentum_key),
                 step_size=step_size.astype(flat.dtype),
                 L=L.astype(flat.dtype),
-                adapt=tuning.init(dim_stored, flat.shape[0], schedule),
+                adapt=tuning.init(dim_stored, flat.shape[0], schedule, step_size),
                 energy_change=jnp.zeros((), flat.dtype),
                 num_nans=jnp.asarray(0),
                 rng_key=key,
@@ -110,6 +110,10 @@ def _init_program(target: Callable, is_model: bool, data_key, schedule: tuning.S
         return jax.vmap(init_chain, out_axes=_STATE_AXES)(init_params, state_keys)
 
     return jax.jit(init_all)
+
+
+#: a chain whose tuned step size is below this fraction of its starting one is reported as collapsed
+COLLAPSED_STEP_SIZE = 1e-3
 
 
 class MILEConfig(NamedTuple):
@@ -154,7 +158,7 @@ def chain_tune(state: MILEState, moved: MILEState, schedule: tuning.Schedule) ->
     )
     # select only the small fields: a select over the whole tuple would copy the Phase III buffer every step
     adapt = state.adapt._replace(
-        x=jnp.where(tuning_step, adapt.x, state.adapt.x),
+        log_x=jnp.where(tuning_step, adapt.log_x, state.adapt.log_x),
         t=jnp.where(tuning_step, adapt.t, state.adapt.t),
         step_size_max=jnp.where(tuning_step, adapt.step_size_max, state.adapt.step_size_max),
     )
@@ -163,7 +167,7 @@ def chain_tune(state: MILEState, moved: MILEState, schedule: tuning.Schedule) ->
     in_phase2 = tuning_step & (i >= schedule.num_phase1)
     adapt = tuning.accumulate_moments(adapt, flat, state.step_size, in_phase2 & finite)
     end_of_phase2 = i == schedule.num_phase1 + schedule.num_phase2 - 1
-    L = jnp.where(end_of_phase2, tuning.L_from_moments(adapt), state.L)
+    L = jnp.where(end_of_phase2, tuning.L_from_moments(adapt, state.L), state.L)
 
     return moved._replace(step_size=step_size, L=L, adapt=adapt)
 
@@ -224,8 +228,10 @@ class MILE(ChainKernel):
 
     .. note:: MILE's default final energy-variance target (0.1 per dimension) is a choice for BNN
         predictive performance, not for exact moments: it leaves a small step-size bias. For
-        exact sampling of simple targets use a small target, e.g.
-        ``target_energy_variance=(5e-4, 5e-4)`` (BlackJAX's default).
+        exact sampling of simple targets use ``target_energy_variance=(5e-4, 5e-4)`` (BlackJAX's
+        default; it works in float32). Smaller targets need x64 when the potential energy is large
+        (float32 resolves energy changes of ~1e-7 of it): chains whose step size collapsed are
+        named by :meth:`run_warnings`.
 
     Any model that NUTS accepts with continuous latent sites (at least 2 unconstrained
     dimensions) runs: ``ImproperUniform`` + ``numpyro.factor`` targets, constrained sites,
@@ -373,6 +379,16 @@ class MILE(ChainKernel):
         :param state: ``mcmc.last_state``.
         """
         messages = super().run_warnings(state)
+        step_size, L = np.atleast_1d(np.asarray(state.step_size)), np.atleast_1d(np.asarray(state.L))
+        start = np.atleast_1d(np.asarray(state.adapt.step_size_min)) / tuning.MIN_STEP_SIZE_FRACTION
+        stuck = ~np.isfinite(step_size) | (step_size < COLLAPSED_STEP_SIZE * start) | ~np.isfinite(L)
+        if np.any(stuck):
+            messages.append(
+                "MILE: use numpyro.enable_x64() or a larger target_energy_variance (e.g. (5e-4, 5e-4)). Chain(s) "
+                f"{np.flatnonzero(stuck).tolist()} ended warmup with step size {step_size[stuck].tolist()} (started at "
+                f"{start[stuck].tolist()}) and L {L[stuck].tolist()}: the tuner could not reach the target energy "
+                "variance, typically because float32 does not resolve energy changes that small at this model's "
+                "potential energy (about 1e-7 of it), so those chains barely move.")
         if state.ess_fallback is not None and np.any(np.asarray(state.ess_fallback)):
             chains = np.flatnonzero(np.atleast_1d(np.asarray(state.ess_fallback))).tolist()
             messages.append(
