@@ -229,7 +229,7 @@ def test_exact_setting_samples_numpyro_normal_models_in_float32(improper, atol):
     """README's exact setting in float32 on NumPyro's models (potential energy ~77,000, where float32 resolves
     ~0.008): the posterior mean of ``loc`` within NumPyro's tolerances of 0.9 (issue #30 quotes 0.05 / 0.007)."""
     data = 0.9 + jax.random.normal(jax.random.PRNGKey(0), (1000,))
-    kernel = MILE(_numpyro_normal_model(improper), target_energy_variance=(5e-4, 5e-4))
+    kernel = MILE(_numpyro_normal_model(improper), target_energy_variance=(5e-4, 5e-4), pretrain=False)
     mcmc = MCMC(kernel, num_warmup=1000, num_samples=1000, num_chains=4, chain_method="vectorized",
                 progress_bar=False)
     mcmc.run(jax.random.PRNGKey(2), data)
@@ -242,7 +242,7 @@ def test_unreachable_target_is_reported_not_frozen_silently():
     """A target float32 cannot resolve at this potential energy: the step sizes shrink by > 1000x but stay finite,
     L stays finite, and run_warnings names every chain with the fix first (x64 or a larger target)."""
     data = 0.9 + jax.random.normal(jax.random.PRNGKey(0), (1000,))
-    kernel = MILE(_numpyro_normal_model(False), target_energy_variance=(1e-5, 1e-5))
+    kernel = MILE(_numpyro_normal_model(False), target_energy_variance=(1e-5, 1e-5), pretrain=False)
     mcmc = MCMC(kernel, num_warmup=1000, num_samples=100, num_chains=2, chain_method="vectorized",
                 progress_bar=False)
     mcmc.run(jax.random.PRNGKey(2), data)
