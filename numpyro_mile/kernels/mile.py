@@ -491,7 +491,7 @@ class MILE(ChainKernel):
     def _chain_sharding(self, init_params, state_keys):
         """Where ``vectorized`` chains go (``shard_chains``): a sharding over the local devices, or ``None``."""
         num_chains = int(state_keys.shape[0])
-        if self.shard_chains is False:
+        if self.shard_chains is False or jax.local_device_count() < 2:
             return None
         flops = None
         if self.shard_chains is None and is_concrete(state_keys):
