@@ -6,7 +6,16 @@ everywhere and say what to do.
 
 from __future__ import annotations
 
+import inspect
+import os
+
+import jax
 import numpy as np
+import numpyro
+
+#: folders whose frames a warning skips to reach the user's line (this package, NumPyro, JAX)
+_LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(module_file)) + os.sep
+                      for module_file in (__file__, numpyro.__file__, jax.__file__))
 
 
 def check_finite(name: str, array) -> None:
@@ -69,3 +78,12 @@ def is_concrete(array) -> bool:
         return True
     except Exception:
         return False
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for ``warnings.warn`` called here that points at the first frame outside this package,
+    NumPyro and JAX: the user's line (e.g. ``mcmc.run(...)``), not NumPyro's source."""
+    frame, level = inspect.currentframe(), 0
+    while frame is not None and (level == 0 or os.path.abspath(frame.f_code.co_filename).startswith(_LIBRARY_DIRS)):
+        frame, level = frame.f_back, level + 1
+    return max(level, 1)

@@ -28,7 +28,7 @@ from numpyro.infer.util import constrain_fn
 
 from . import _model_utils as mu
 from . import _programs
-from ._validation import is_concrete
+from ._validation import is_concrete, user_stacklevel
 from ._arrays import as_jax_arrays, to_host
 
 logger = logging.getLogger(__name__)
@@ -303,7 +303,7 @@ def fit_members(
         validation_note = "early stopping as configured"
     if full_batch:
         warnings.warn(_FULL_BATCH_WARNING.format(plate=plate_name, batch=len(probe_rows), n=n, reason=reason,
-                                                 validation=validation_note), UserWarning, stacklevel=3)
+                                                 validation=validation_note), UserWarning, stacklevel=user_stacklevel())
         logger.info("deep ensemble: full-batch training (%s)", reason)
 
     train_idx = np.arange(n)
@@ -485,7 +485,7 @@ def pretraining_plate(trace: dict, plate_name: str | None, kernel_name: str):
                 f"{kernel_name} found no single plate holding the observed site(s) {observed} (none, or several "
                 "nested ones), so it does not pretrain a deep ensemble and starts from init_strategy. Name the plate: "
                 f"{kernel_name}(model, ensemble_options=dict(plate_name=...)), or pass init_params.",
-                UserWarning, stacklevel=4)
+                UserWarning, stacklevel=user_stacklevel())
         return None
     local = [name for name, site in mu.latent_sites(trace).items()
              if any(frame.name == plate.name for frame in site.get("cond_indep_stack", ()))]
@@ -494,6 +494,6 @@ def pretraining_plate(trace: dict, plate_name: str | None, kernel_name: str):
             f"{kernel_name} does not pretrain a deep ensemble for this model: latent site(s) {local} lie inside the "
             f"observation plate {plate.name!r} (one value per row), which the ensemble's likelihood-only fit "
             "cannot estimate. It starts from init_strategy; pass init_params to start elsewhere.",
-            UserWarning, stacklevel=4)
+            UserWarning, stacklevel=user_stacklevel())
         return None
     return plate

@@ -254,3 +254,24 @@ def test_numpy_data_indexed_through_the_plate():
     mcmc = MCMC(SGLD(regression, 1e-3), num_warmup=10, num_samples=10, progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), X, y, subsample_size=10)
     assert mcmc.get_samples()["w"].shape == (10, 2)
+
+
+@pytest.mark.parametrize("kernel_name", ["SGLD", "ICSGLD"])
+def test_model_without_a_subsampled_plate_warns_at_the_users_line(kernel_name):
+    """Forgetting ``subsample_size`` makes a minibatch kernel run full-batch: it says so, with the fix first, from
+    the user's ``mcmc.run`` line (not NumPyro's source), and not when a minibatch is drawn (issue #30)."""
+    import warnings
+
+    from numpyro_mile import ICSGLD
+
+    kernel = SGLD(gaussian_mean, 1e-3) if kernel_name == "SGLD" else ICSGLD(
+        gaussian_mean, 1e-3, zeta=1.0, num_bins=10, bin_width=10.0, min_energy=0.0)
+    mcmc = MCMC(kernel, num_warmup=5, num_samples=5, num_chains=2, chain_method="vectorized", progress_bar=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mcmc.run(jax.random.PRNGKey(0), DATA)
+        full_batch = [w for w in caught if "pass subsample_size" in str(w.message)]
+        assert len(full_batch) == 1 and str(full_batch[0].message).startswith(f"{kernel_name}: pass subsample_size")
+        assert full_batch[0].filename == __file__
+        mcmc.run(jax.random.PRNGKey(0), DATA, subsample_size=10)
+        assert len([w for w in caught if "pass subsample_size" in str(w.message)]) == 1

@@ -15,6 +15,7 @@ energy and gradient at its position, so a step costs one gradient evaluation
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, NamedTuple
 
 import jax
@@ -24,6 +25,7 @@ from jax.flatten_util import ravel_pytree
 from numpyro.util import is_prng_key
 
 from .._arrays import as_jax_arrays, to_host
+from .._validation import user_stacklevel
 from ..minibatch import MinibatchModel
 from ._base import ChainKernel, ProgramsPerArgs
 
@@ -212,6 +214,12 @@ class MinibatchKernel(ChainKernel):
         model_args, model_kwargs = as_jax_args(model_args, model_kwargs)
         self._mb = MinibatchModel(self._model, model_args, model_kwargs, kernel_name=self.kernel_name,
                                   rng_key=keys[0])
+        if not self._mb.is_subsampled:
+            warnings.warn(
+                f"{self.kernel_name}: pass subsample_size to the model's data plate, e.g. "
+                "numpyro.plate('data', N, subsample_size=subsample_size) and mcmc.run(..., subsample_size=32). "
+                "No plate of this model draws a minibatch, so every step uses all rows: full-batch gradients, "
+                "without the gradient noise the method's step is made for.", UserWarning, stacklevel=user_stacklevel())
         if init_params is not None:
             init_params = self._mb.check_init_params(init_params, keys.shape[0], batched)
         init = self._programs.get("init", model_args, model_kwargs, lambda: build_init(
