@@ -70,8 +70,8 @@ def _pointwise(model, samples, X, y, **model_kwargs):
 
 
 def _two_digits(x: float) -> str:
-    """``x`` with two significant digits (``0.047``, ``1.2``, ``12``), never ``0.0``."""
-    return f"{x:.2g}" if abs(x) < 100 else f"{x:.0f}"
+    """``x`` with two significant digits (``0.047``, ``1.0``, ``12``), never ``0.0``."""
+    return f"{x:#.2g}".rstrip(".") if abs(x) < 100 else f"{x:.0f}"
 
 
 def demo(args: argparse.Namespace) -> int:

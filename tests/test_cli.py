@@ -10,7 +10,8 @@ from numpyro_mile.cli import main
 def test_two_significant_digits():
     from numpyro_mile.cli import _two_digits
 
-    assert [_two_digits(x) for x in (0.0472, 0.5, 1.234, 12.6, 345.6)] == ["0.047", "0.5", "1.2", "13", "346"]
+    assert [_two_digits(x) for x in (0.0472, 0.5, 1.0, 1.234, 12.6, 345.6)] == ["0.047", "0.50", "1.0", "1.2", "13",
+                                                                             "346"]
 
 
 def test_demo_prints_table_time_ratio_and_verdict(capsys):
