@@ -19,6 +19,7 @@ Usage::
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -85,10 +86,10 @@ def main(argv=None) -> None:
     add_common_options(parser, data="airfoil.data", output=REPORT, no_write="print the report only")
     parser.add_argument("--big", type=int, default=10_000, help="warmup steps of the big run (+ a fifth sampling)")
     parser.add_argument("--small", type=int, default=2_000, help="warmup steps of the small run")
-    parser.add_argument("--child", action="store_true", help=argparse_hidden())
-    parser.add_argument("--devices", type=int, default=1, help=argparse_hidden())
-    parser.add_argument("--progress-bar", action="store_true", help=argparse_hidden())
-    parser.add_argument("--init", help=argparse_hidden())
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--progress-bar", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--init", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.data = data_dir(args.data)
     if args.child:
@@ -116,12 +117,6 @@ def main(argv=None) -> None:
                 print(res, file=sys.stderr, flush=True)
     load_end = load_average()
     report(args, results, cores, load_start, load_end)
-
-
-def argparse_hidden():
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 def per_step_ms(res: dict) -> float:
