@@ -275,3 +275,25 @@ def test_model_without_a_subsampled_plate_warns_at_the_users_line(kernel_name):
         assert full_batch[0].filename == __file__
         mcmc.run(jax.random.PRNGKey(0), DATA, subsample_size=10)
         assert len([w for w in caught if "pass subsample_size" in str(w.message)]) == 1
+
+
+def test_progress_bar_postfix_is_read_back_at_most_every_interval():
+    """NumPyro asks a sequential chain's kernel for the progress-bar postfix after every step; reading the state
+    back each time would serialise the steps. The postfix is recomputed at most every ``diagnostics_interval``."""
+
+    class Counting(SGLD):
+        calls = 0
+
+        def diagnostics_str(self, state):
+            Counting.calls += 1
+            return super().diagnostics_str(state)
+
+    kernel = Counting(gaussian_mean, EPS)
+    kernel.diagnostics_interval = 3600.0
+    mcmc = MCMC(kernel, num_warmup=50, num_samples=50, progress_bar=True)
+    mcmc.run(jax.random.PRNGKey(0), DATA, subsample_size=BATCH)
+    assert Counting.calls == 1
+    assert kernel.get_diagnostics_str(mcmc.last_state).startswith("step size")
+    kernel.diagnostics_interval = 0.0
+    assert Counting.calls == 1 and kernel.get_diagnostics_str(mcmc.last_state).startswith("step size")
+    assert Counting.calls == 2

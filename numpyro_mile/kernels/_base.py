@@ -12,11 +12,15 @@ function of the kernel's module. This module holds, once, what every kernel need
   the state (``num_nans``); the messages are built after the run from ``mcmc.last_state``
   (:func:`numpyro_mile.to_inference_data` warns with them). A host callback in the step would keep
   JAX's persistent compilation cache from storing the sampling loop;
-- :class:`ProgramsPerArgs`: compiled closures of model arguments, kept per argument objects.
+- :class:`ProgramsPerArgs`: compiled closures of model arguments, kept per argument objects;
+- the progress bar's postfix (:meth:`ChainKernel.get_diagnostics_str`), read back from the device at most
+  every :attr:`ChainKernel.diagnostics_interval` seconds: NumPyro asks for it after every step of a
+  sequential chain, and a read-back every step would wait for each step to finish before the next is launched.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import jax
@@ -79,6 +83,22 @@ class ChainKernel(MCMCKernel):
     def over_chains(self, fn: Callable, batched: bool, num_states: int = 1) -> Callable:
         """:func:`over_chains` with this kernel's :attr:`state_axes`."""
         return over_chains(fn, self.state_axes, batched, num_states)
+
+    #: seconds between two progress-bar postfix refreshes (each waits for the step and reads the state back)
+    diagnostics_interval = 0.5
+
+    def diagnostics_str(self, state) -> str:
+        """The progress bar's postfix for ``state`` (reads it back from the device); override."""
+        return ""
+
+    def get_diagnostics_str(self, state) -> str:
+        """NumPyro's progress-bar hook: :meth:`diagnostics_str`, recomputed at most every
+        :attr:`diagnostics_interval` seconds (NumPyro calls this after every step of a sequential chain)."""
+        cache = self.__dict__.setdefault("_diagnostics_cache", [-float("inf"), ""])  # [time (s), postfix]
+        now = time.monotonic()
+        if now - cache[0] >= self.diagnostics_interval:
+            cache[:] = [now, self.diagnostics_str(state)]
+        return cache[1]
 
     def run_warnings(self, state) -> list[str]:
         """What went wrong in a run, from its last state (``mcmc.last_state``); empty when nothing did."""

@@ -274,7 +274,7 @@ class ICSGLD(MinibatchKernel):
         """Upper end of the regular bins, ``min_energy + (num_bins - 2) * bin_width``."""
         return self.min_energy + (self.num_bins - 2) * self.bin_width
 
-    def get_diagnostics_str(self, state: ICSGLDState) -> str:
+    def diagnostics_str(self, state: ICSGLDState) -> str:
         return "U~ {:.4g}. bins {}-{}. nans {}".format(
             float(jnp.mean(state.potential_energy)), int(jnp.min(state.bin)), int(jnp.max(state.bin)),
             int(jnp.sum(state.num_nans)),

@@ -397,7 +397,7 @@ class MILE(ChainKernel):
                 "the warmup more steps.")
         return messages
 
-    def get_diagnostics_str(self, state: MILEState) -> str:
+    def diagnostics_str(self, state: MILEState) -> str:
         return "step size {:.2e}. L {:.2e}. nans {}".format(
             float(jnp.mean(state.step_size)), float(jnp.mean(state.L)), int(jnp.sum(state.num_nans))
         )

@@ -204,7 +204,7 @@ class SGLD(MinibatchKernel):
     def default_fields(self) -> tuple[str, ...]:
         return ("z",)
 
-    def get_diagnostics_str(self, state: SGLDState) -> str:
+    def diagnostics_str(self, state: SGLDState) -> str:
         return "step size {:.2e}. U~ {:.4g}. nans {}".format(
             float(jnp.mean(state.step_size)), float(jnp.mean(state.potential_energy)), int(jnp.sum(state.num_nans))
         )

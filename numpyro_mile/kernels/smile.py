@@ -332,7 +332,7 @@ class SMILE(MinibatchKernel):
     def default_fields(self) -> tuple[str, ...]:
         return ("z",)
 
-    def get_diagnostics_str(self, state: SMILEState) -> str:
+    def diagnostics_str(self, state: SMILEState) -> str:
         return "step size {:.2e}. resets {}. nans {}".format(
             float(jnp.mean(state.step_size)), int(jnp.sum(state.num_resets)), int(jnp.sum(state.num_nans)))
 
