@@ -33,11 +33,21 @@ def trace_model(model: Callable, model_args: tuple, model_kwargs: dict, rng_key=
     As NumPyro's own kernels do, no latent site is sampled from its distribution: every latent
     value comes from ``init_strategy`` (default :func:`~numpyro.infer.initialization.init_to_uniform`,
     uniform in ``(-2, 2)`` in unconstrained space), so improper sites (``ImproperUniform``) and
-    distributions without a sampler trace as well as any other. ``rng_key`` seeds the init
-    strategy and anything else the model draws (e.g. a plate's subsample indices).
+    distributions without a sampler trace as well as any other. A subsampled plate gets its first
+    ``subsample_size`` rows rather than a random draw (NumPyro's draw runs a loop that JAX compiles
+    again on every eager call). ``rng_key`` seeds the init strategy and anything else the model draws.
     """
     rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
-    seeded = handlers.substitute(handlers.seed(model, rng_key), substitute_fn=init_strategy)
+
+    def substitute_fn(site):
+        if site["type"] == "plate":
+            if site.get("value") is not None:  # bound by an inner handler (e.g. to all rows)
+                return None
+            size, subsample_size = site["args"]
+            return None if subsample_size is None or subsample_size >= size else jnp.arange(subsample_size)
+        return init_strategy(site)
+
+    seeded = handlers.substitute(handlers.seed(model, rng_key), substitute_fn=substitute_fn)
     return handlers.trace(seeded).get_trace(*model_args, **model_kwargs)
 
 

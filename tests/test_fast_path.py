@@ -148,3 +148,41 @@ def test_persistent_cache_serves_a_second_process(tmp_path):
     assert first_misses > 0
     hits, misses = run(2)
     assert misses == 0 and hits >= first_misses - 1, (hits, misses, first_misses)
+
+
+def minibatch_kernel(name):
+    from numpyro_mile import ICSGLD, SGLD, SMILE
+
+    if name == "SGLD":
+        return SGLD(mlp_regression, 1e-4)
+    if name == "ICSGLD":
+        return ICSGLD(mlp_regression, 1e-4, zeta=0.75, num_bins=20, bin_width=5.0, min_energy=0.0)
+    return SMILE(mlp_regression, ensemble_options=dict(max_epochs=5, progress_bar=False))
+
+
+def minibatch_run(name, X, y, key=0):
+    mcmc = MCMC(minibatch_kernel(name), num_warmup=40, num_samples=20, num_chains=2, chain_method="vectorized",
+                progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(key), X, y, hidden=(5,), subsample_size=16)
+    return mcmc
+
+
+@pytest.mark.parametrize("name", ["SGLD", "ICSGLD", "SMILE"])
+def test_minibatch_kernels_compile_once_with_the_data_as_arguments(name, compiles):
+    """SGLD, ICSGLD and SMILE carry the data in their state as MILE does: the traced step closes over no array of
+    the data's shapes, and a second run on new data of the same shapes compiles no program of this package."""
+    X, y = toy_regression(96, seed=6)
+    mcmc = minibatch_run(name, X, y)
+    kernel, state = mcmc.sampler, mcmc.last_state
+    assert state.data is not None and len(state.data) == 2
+
+    def shapes_of_constants(model_args):
+        closed = jax.make_jaxpr(lambda s: kernel.sample(s, model_args, {"hidden": (5,), "subsample_size": 16}))(state)
+        return {tuple(np.shape(c)) for c in closed.consts}
+
+    assert not {X.shape, y.shape} & shapes_of_constants((X, y))
+    assert {X.shape, y.shape} <= shapes_of_constants((X.copy(), y.copy()))  # other data: used as given
+    with compiles:  # new data values (same shapes), a new key, a new kernel and MCMC object
+        again = minibatch_run(name, X + 0.5, y - 0.25, key=1)
+    assert set(compiles.names) <= {"jit(_fori_collect_loop)"}, compiles.names
+    assert np.all(np.isfinite(np.asarray(again.get_samples()["w0"])))

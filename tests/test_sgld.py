@@ -291,6 +291,7 @@ def test_progress_bar_postfix_is_read_back_at_most_every_interval():
     kernel = Counting(gaussian_mean, EPS)
     kernel.diagnostics_interval = 3600.0
     mcmc = MCMC(kernel, num_warmup=50, num_samples=50, progress_bar=True)
+    mcmc.progress_bar = True  # NumPyro turns it off under CI and pytest-xdist
     mcmc.run(jax.random.PRNGKey(0), DATA, subsample_size=BATCH)
     assert Counting.calls == 1
     assert kernel.get_diagnostics_str(mcmc.last_state).startswith("step size")

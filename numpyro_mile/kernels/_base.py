@@ -12,7 +12,9 @@ function of the kernel's module. This module holds, once, what every kernel need
   the state (``num_nans``); the messages are built after the run from ``mcmc.last_state``
   (:func:`numpyro_mile.to_inference_data` warns with them). A host callback in the step would keep
   JAX's persistent compilation cache from storing the sampling loop;
-- :class:`ProgramsPerArgs`: compiled closures of model arguments, kept per argument objects;
+- the model's data carried in the state (:meth:`ChainKernel.model_data`): NumPyro passes the model's
+  arguments to ``sample`` as constants; a state that carries the arrays makes them arguments of the
+  compiled sampling loop, so a second run on new data of the same shapes compiles nothing new;
 - the progress bar's postfix (:meth:`ChainKernel.get_diagnostics_str`), read back from the device at most
   every :attr:`ChainKernel.diagnostics_interval` seconds: NumPyro asks for it after every step of a
   sequential chain, and a read-back every step would wait for each step to finish before the next is launched.
@@ -27,7 +29,9 @@ import jax
 import numpy as np
 from numpyro.infer.mcmc import MCMCKernel
 
-__all__ = ["ChainKernel", "ProgramsPerArgs", "over_chains", "rejected_steps_message"]
+from .. import _programs
+
+__all__ = ["ChainKernel", "over_chains", "rejected_steps_message"]
 
 
 def rejected_steps_message(kernel_name: str, num_nans, advice: str) -> str | None:
@@ -71,6 +75,7 @@ class ChainKernel(MCMCKernel):
 
     def __init__(self, model: Callable | None):
         self._model = model
+        self._data: _programs.DataSplit | None = None  # the model's arguments of this run (set by init)
 
     @property
     def model(self) -> Callable | None:
@@ -100,26 +105,19 @@ class ChainKernel(MCMCKernel):
             cache[:] = [now, self.diagnostics_str(state)]
         return cache[1]
 
+    def model_data(self, state, model_args, model_kwargs) -> tuple[tuple, dict]:
+        """The model's arguments for a step: the arrays carried in ``state.data`` when ``model_args`` are the
+        arrays ``init`` saw (NumPyro passes them as constants unless ``jit_model_args=True``), so that they
+        enter the compiled loop as arguments; otherwise (traced arguments, or new data for a run from
+        ``post_warmup_state``) the given ones."""
+        model_kwargs = model_kwargs or {}
+        data = getattr(state, "data", None)
+        if (data is not None and self._data is not None and len(data) == len(self._data.ids)
+                and _programs.same_data(self._data, model_args, model_kwargs)):
+            return _programs.join_data(self._data.key, data)
+        return tuple(model_args), model_kwargs
+
     def run_warnings(self, state) -> list[str]:
         """What went wrong in a run, from its last state (``mcmc.last_state``); empty when nothing did."""
         message = rejected_steps_message(self.kernel_name, state.num_nans, self.nan_advice)
         return [] if message is None else [message]
-
-
-class ProgramsPerArgs:
-    """Compiled closures over model arguments, kept per argument objects (by identity; the entry keeps
-    them alive, so an ``id`` cannot be reused): ``sequential`` chains, which call ``init`` once each,
-    compile once. At most 16 entries."""
-
-    def __init__(self):
-        self._entries: dict = {}
-
-    def get(self, name: str, model_args: tuple, model_kwargs: dict, build: Callable[[], Callable]) -> Callable:
-        key = (name,) + tuple(id(a) for a in model_args) + tuple((k, id(v)) for k, v in sorted(model_kwargs.items()))
-        if key not in self._entries:
-            if len(self._entries) > 16:
-                self._entries.clear()
-            self._entries[key] = (build(), model_args, model_kwargs)
-        return self._entries[key][0]
-
-

@@ -24,10 +24,11 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.util import is_prng_key
 
+from .. import _programs
 from .._arrays import as_jax_arrays, to_host
 from .._validation import user_stacklevel
 from ..minibatch import MinibatchModel
-from ._base import ChainKernel, ProgramsPerArgs
+from ._base import ChainKernel
 
 __all__ = ["MinibatchKernel", "Moments", "RunningMoments", "as_jax_args", "as_schedule", "build_init", "chain_keys",
            "check_initial_state", "langevin_move", "polynomial_schedule", "sgld_transition", "welford"]
@@ -108,20 +109,20 @@ def sgld_transition(rng_key, z, energy, grad, potential: Callable, step_size, te
             unravel(jnp.where(ok, new_g, g)), ok)
 
 
-def build_init(mb: MinibatchModel, model_args: tuple, model_kwargs: dict, init_strategy: Callable,
-               make_state: Callable) -> Callable:
-    """A jit-compiled ``init(keys, init_params) -> state`` for a batch of chains (one compilation).
+def build_init(mb: MinibatchModel, data_key, init_strategy: Callable) -> Callable:
+    """A jit-compiled ``init(keys, init_params, data_arrays) -> (z, energy, grad, state_keys)`` for a batch
+    of chains: ``data_arrays`` and ``data_key`` are the model's arguments split by
+    :func:`numpyro_mile._programs.split_data` (the arrays are arguments, not constants).
 
     Each chain's key is split into ``(init key, minibatch key, state key)``; positions come from
     ``init_params`` (a dict with a leading chain axis) or, when it is ``None``, from
     ``init_strategy`` on the full-data model; the minibatch energy and gradient are evaluated
-    at them, and ``make_state(z, energy, grad, state_keys)`` (all with a chain axis) builds the
-    kernel's state.
+    at them. Nothing of a kernel's settings enters, so every kernel shares the program of a model.
     """
-    potential = mb.potential_fn(model_args, model_kwargs)
-
     @jax.jit
-    def init(keys, init_params):
+    def init(keys, init_params, data_arrays):
+        model_args, model_kwargs = _programs.join_data(data_key, data_arrays)
+        potential = mb.potential_fn(model_args, model_kwargs)
         split = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
         init_keys, batch_keys, state_keys = split[:, 0], split[:, 1], split[:, 2]
         if init_params is None:
@@ -129,7 +130,7 @@ def build_init(mb: MinibatchModel, model_args: tuple, model_kwargs: dict, init_s
         else:
             z = init_params
         energy, grad = jax.vmap(jax.value_and_grad(potential))(z, batch_keys)
-        return make_state(z, energy, grad, state_keys)
+        return z, energy, grad, state_keys
 
     return init
 
@@ -200,7 +201,6 @@ class MinibatchKernel(ChainKernel):
         super().__init__(model)
         self.init_strategy = init_strategy
         self._mb: MinibatchModel | None = None
-        self._programs = ProgramsPerArgs()
         self._batched = False
 
     def postprocess_fn(self, args, kwargs):
@@ -208,10 +208,12 @@ class MinibatchKernel(ChainKernel):
             return lambda z: z
         return self._mb.postprocess_fn(*as_jax_args(args, kwargs))
 
-    def _init_chains(self, keys, init_params, model_args, model_kwargs, batched: bool, make_state: Callable):
+    def _init_chains(self, keys, init_params, model_args, model_kwargs, batched: bool, make_state: Callable,
+                     state_axes=None):
         """States of the chains with keys ``keys`` (a leading chain axis), from ``init_params`` (with a
         chain axis when ``batched``) or the init strategy; sets up the minibatch model of this run."""
-        model_args, model_kwargs = as_jax_args(model_args, model_kwargs)
+        self._data = _programs.split_data(model_args, model_kwargs)  # the user's arrays: model_data knows them
+        model_args, model_kwargs = _programs.join_data(self._data.key, self._data.arrays)  # as JAX arrays
         self._mb = MinibatchModel(self._model, model_args, model_kwargs, kernel_name=self.kernel_name,
                                   rng_key=keys[0])
         if not self._mb.is_subsampled:
@@ -222,27 +224,40 @@ class MinibatchKernel(ChainKernel):
                 "without the gradient noise the method's step is made for.", UserWarning, stacklevel=user_stacklevel())
         if init_params is not None:
             init_params = self._mb.check_init_params(init_params, keys.shape[0], batched)
-        init = self._programs.get("init", model_args, model_kwargs, lambda: build_init(
-            self._mb, model_args, model_kwargs, self.init_strategy, make_state))
-        state = init(keys, init_params)
+        mb = self._mb
+        init = _programs.program(  # shared by every kernel and run of this model, static arguments and shapes
+            ("minibatch-init", self._model, self._data.key, mb.plates, tuple(mb.latent_shapes.items()),
+             self.init_strategy),
+            lambda: build_init(mb, self._data.key, self.init_strategy))
+        z, energy, grad, state_keys = init(keys, init_params, self._data.arrays)
+        if state_axes is not None:  # make_state builds one chain's state (a few small operations, not compiled)
+            make_state = jax.vmap(make_state, out_axes=state_axes)
+        state = make_state(z, energy, grad, state_keys)
         check_initial_state(self.kernel_name, state.potential_energy, state.z_grad, state.z)
         return state
+
+    def _with_data(self, state):
+        """``state`` carrying this run's data arrays (``state.data``; see :meth:`ChainKernel.model_data`)."""
+        return state._replace(data=self._data.arrays)
 
     def _init_independent(self, rng_key, init_params, model_args, model_kwargs):
         """``init`` of chains that do not interact: one chain (``rng_key`` a key) or a batch of them (a
         leading axis of keys: ``vectorized``), each state made by ``self._init_state(z, energy, grad, key)``."""
         self._batched = not is_prng_key(rng_key)
         keys = rng_key if self._batched else rng_key[None]
-        state = self._init_chains(keys, init_params, model_args, model_kwargs, self._batched,
-                                  jax.vmap(self._init_state, out_axes=self.state_axes))
+        state = self._init_chains(keys, init_params, model_args, model_kwargs, self._batched, self._init_state,
+                                  self.state_axes)
         if not self._batched:
             state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
-        return state
+        return self._with_data(state)
 
     def _sample_independent(self, state, model_args, model_kwargs, step: Callable):
-        """``sample`` of chains that do not interact: ``step(state, potential, self._config)`` per chain."""
-        potential, config = self._potential(model_args, model_kwargs), self._config
-        return self.over_chains(lambda s: step(s, potential, config), self._batched)(state)
+        """``sample`` of chains that do not interact: ``step(state, potential, self._config)`` per chain
+        (the step sees no ``data``: the potential is bound to it here)."""
+        potential = self._potential(*self.model_data(state, model_args, model_kwargs))
+        config = self._config
+        new = self.over_chains(lambda s: step(s, potential, config), self._batched)(state._replace(data=None))
+        return new._replace(data=state.data)
 
     def _potential(self, model_args, model_kwargs) -> Callable:
         """``potential(z, minibatch_key)``: the minibatch potential energy of this run's model."""

@@ -87,6 +87,7 @@ class _ICSGLDFields(NamedTuple):
     energy_min: jax.Array
     energy_max: jax.Array
     rng_key: jax.Array
+    data: tuple | None = None
 
 
 class ICSGLDState(_ICSGLDFields):
@@ -113,6 +114,8 @@ class ICSGLDState(_ICSGLDFields):
     :ivar theta: the histogram ``theta``, shape ``(m,)``, summing to 1.
     :ivar energy_min: lowest finite energy seen (all chains, all iterations).
     :ivar energy_max: highest finite energy seen.
+    :ivar data: the model's array arguments (no chain axis), carried so that they are arguments of the
+        compiled sampling loop (:meth:`~numpyro_mile.kernels._base.ChainKernel.model_data`); ``None`` inside a step.
 
     NumPyro's MCMC resumes an ensemble (``post_warmup_state``, or ``warmup`` then ``run``) by
     replacing ``rng_key`` with a single key; ``_replace`` then splits it into ``P`` chain keys.
@@ -292,10 +295,11 @@ class ICSGLD(MinibatchKernel):
             num_active = int(self.num_active_chains)  # jit: the mask is laid out like the (sharded) walkers
             state = state._replace(active=jax.jit(lambda e: jnp.arange(e.shape[0]) < num_active)(
                 state.potential_energy))
-        return state
+        return self._with_data(state)
 
     def sample(self, state: ICSGLDState, model_args, model_kwargs) -> ICSGLDState:
-        return self._step(state, self._potential(model_args, model_kwargs))
+        potential = self._potential(*self.model_data(state, model_args, model_kwargs))
+        return self._step(state._replace(data=None), potential)._replace(data=state.data)
 
     def run_warnings(self, state: ICSGLDState) -> list[str]:
         """Rejected steps, and energies seen outside the regular bins (from ``mcmc.last_state``)."""

@@ -502,19 +502,8 @@ class MILE(ChainKernel):
             flops = mclmc.GRAD_EVALS_PER_STEP * num_chains * float((cost or {}).get("flops", 0.0))
         return default_chain_sharding(num_chains, state_keys, init_params, step_flops=flops)
 
-    def _model_data(self, state: MILEState, model_args, model_kwargs) -> tuple[tuple, dict]:
-        """The model's arguments for a step: the data carried in ``state`` when ``model_args`` are the
-        arrays ``init`` saw (NumPyro passes them as constants unless ``jit_model_args=True``), so that
-        they enter the compiled loop as arguments; otherwise (traced arguments, or new data for a run
-        from ``post_warmup_state``) the given ones."""
-        model_kwargs = model_kwargs or {}
-        if (state.data is not None and self._potential_fn is None and len(state.data) == len(self._data.ids)
-                and _programs.same_data(self._data, model_args, model_kwargs)):
-            return _programs.join_data(self._data.key, state.data)
-        return tuple(model_args), model_kwargs
-
     def sample(self, state: MILEState, model_args, model_kwargs) -> MILEState:
-        args, kwargs = self._model_data(state, model_args, model_kwargs)
+        args, kwargs = self.model_data(state, model_args, model_kwargs)
         return self.step_fn(state, self._potential_fn_gen(*args, **kwargs))
 
     def step_fn(self, state: MILEState, potential_fn: Callable) -> MILEState:

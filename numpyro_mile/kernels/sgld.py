@@ -63,6 +63,8 @@ class SGLDState(NamedTuple):
     :ivar num_nans: number of steps rejected so far because the energy, gradient or position
         became NaN or infinite (the chain stayed where it was).
     :ivar rng_key: PRNG key of the chain.
+    :ivar data: the model's array arguments (no chain axis), carried so that they are arguments of the
+        compiled sampling loop (:meth:`~numpyro_mile.kernels._base.ChainKernel.model_data`); ``None`` inside a step.
     """
 
     i: jax.Array
@@ -74,6 +76,7 @@ class SGLDState(NamedTuple):
     moments: RunningMoments | None
     num_nans: jax.Array
     rng_key: jax.Array
+    data: tuple | None = None
 
 
 class SGLDConfig(NamedTuple):
@@ -93,8 +96,8 @@ class SGLDConfig(NamedTuple):
     num_warmup: int
 
 
-#: vmap axes of a vectorized state: the iteration counter is shared by all chains
-_STATE_AXES = SGLDState(None, 0, 0, 0, 0, 0, 0, 0, 0)
+#: vmap axes of a vectorized state: the iteration counter and the data are shared by all chains
+_STATE_AXES = SGLDState(None, 0, 0, 0, 0, 0, 0, 0, 0, None)
 
 
 def sgld_step(state: SGLDState, potential: Callable, config: SGLDConfig) -> SGLDState:

@@ -89,6 +89,8 @@ class SMILEState(NamedTuple):
     :ivar grad_mean: pSMILE: moving average of the gradient, shape ``(d,)``; else ``None``.
     :ivar grad_var: pSMILE: moving average of its squared deviation, shape ``(d,)``; else ``None``.
     :ivar rng_key: PRNG key of the chain.
+    :ivar data: the model's array arguments (no chain axis), carried so that they are arguments of the
+        compiled sampling loop (:meth:`~numpyro_mile.kernels._base.ChainKernel.model_data`); ``None`` inside a step.
     """
 
     i: jax.Array
@@ -105,6 +107,7 @@ class SMILEState(NamedTuple):
     grad_mean: jax.Array | None
     grad_var: jax.Array | None
     rng_key: jax.Array
+    data: tuple | None = None
 
     @property
     def potential_energy(self) -> jax.Array:
@@ -117,8 +120,8 @@ class SMILEState(NamedTuple):
         return -self.logdensity_grad
 
 
-#: vmap axes of a vectorized state: the iteration counter is shared by all chains
-_STATE_AXES = SMILEState(None, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+#: vmap axes of a vectorized state: the iteration counter and the data are shared by all chains
+_STATE_AXES = SMILEState(None, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None)
 
 
 class SMILEConfig(NamedTuple):
