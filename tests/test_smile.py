@@ -242,6 +242,30 @@ def _bias(ratio):
     return float(np.mean((ratio - 1.0) ** 2 / 2.0))
 
 
+def test_a_reset_reverts_the_step_and_zeroes_the_velocity():
+    """A step whose |dE| exceeds the reset quantile goes back: position, log density and gradient as before the
+    step, velocity 0 (the next kick restarts along the gradient); the step counts. Statistics that say |dE| is
+    ~1e-6 make any real step an outlier; with resets off (quantile 1) the same step is kept."""
+
+    def potential(z, key):
+        return 0.5 * jnp.sum(z["x"] ** 2 / STDS**2)
+
+    x0 = np.random.default_rng(2).normal(size=(1, 10)).astype(np.float32) * STDS
+    state = jax.tree.map(lambda a: a[0], _gaussian_state(x0, step_size=0.05)._replace(i=jnp.zeros(1, jnp.int32)))
+    tiny = tuner.EnergyStats(jnp.float32(1e-6), jnp.float32(1e-14), jnp.asarray(1000, jnp.int32))
+    state = state._replace(momentum=jnp.ones(10) / np.sqrt(10.0), stats=tiny)
+    settings = tuner.TunerSettings(reset_quantile=0.98, adapt_prob=0.0, adapt_strength=0.0)
+    reset = smile_step(state, potential, SMILEConfig(0, settings, False, False, None))
+    assert bool(reset.reset) and int(reset.num_resets) == 1 and int(reset.i) == 1
+    np.testing.assert_array_equal(reset.z["x"], state.z["x"])
+    np.testing.assert_array_equal(reset.logdensity, state.logdensity)
+    np.testing.assert_array_equal(reset.logdensity_grad, state.logdensity_grad)
+    np.testing.assert_array_equal(reset.momentum, np.zeros(10))
+    kept = smile_step(state, potential, SMILEConfig(0, settings._replace(reset_quantile=1.0), False, False, None))
+    assert not bool(kept.reset) and float(jnp.max(jnp.abs(kept.z["x"] - state.z["x"]))) > 1e-3
+    assert float(jnp.linalg.norm(kept.momentum)) == pytest.approx(1.0, abs=1e-5)
+
+
 def test_isotropic_noise_leaves_no_bias():
     ratio, se, due = _run_gaussian(3.0, False, 0.05, 20_000)
     assert np.all(np.abs(ratio - 1.0) < np.maximum(Z * se, 0.03)), (ratio, se)
