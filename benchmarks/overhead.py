@@ -101,8 +101,7 @@ def child_compile(cache: str | None, kernel_name: str = "MILE") -> dict:
 
     import numpyro_mile
     from numpyro_mile.datasets import toy_regression
-    from numpyro_mile.models import mlp_regression
-
+    
     if cache:
         numpyro_mile.enable_compilation_cache(cache)
     clock = CompileClock.get()

@@ -469,7 +469,7 @@ def conjugate_regression(design: str):
     return X, y, cov @ X.astype(np.float64).T @ y / REG_NOISE**2, cov
 
 
-def linear_regression(X, y=None, subsample_size=None):
+def conjugate_linear_regression(X, y=None, subsample_size=None):
     w = numpyro.sample("w", dist.Normal(0.0, REG_PRIOR).expand([X.shape[1]]).to_event(1))
     with numpyro.plate("data", X.shape[0], subsample_size=subsample_size):
         numpyro.sample("y", dist.Normal(numpyro.subsample(X, event_dim=1) @ w, REG_NOISE),
@@ -486,7 +486,7 @@ def test_default_path_samples_a_conjugate_regression(precondition, design):
     designs, pSMILE on both; the same as a fixed step of 1e-3), so 25 % is allowed. The symmetric-tail tuner
     of issue #30 gave 2.6-4.9 here; pSMILE without its scale (plain SMILE) 0.34-2.1 on the heavy-tailed design."""
     X, y, mean, cov = conjugate_regression(design)
-    kernel = SMILE(linear_regression, precondition=precondition, ensemble_options=dict(progress_bar=False))
+    kernel = SMILE(conjugate_linear_regression, precondition=precondition, ensemble_options=dict(progress_bar=False))
     mcmc = MCMC(kernel, num_warmup=3000, num_samples=10_000, num_chains=8, chain_method="vectorized",
                 progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), X, y, subsample_size=256)
