@@ -254,10 +254,15 @@ class MinibatchKernel(ChainKernel):
     def _sample_independent(self, state, model_args, model_kwargs, step: Callable):
         """``sample`` of chains that do not interact: ``step(state, potential, self._config)`` per chain
         (the step sees no ``data``: the potential is bound to it here)."""
-        potential = self._potential(*self.model_data(state, model_args, model_kwargs))
         config = self._config
-        new = self.over_chains(lambda s: step(s, potential, config), self._batched)(state._replace(data=None))
-        return new._replace(data=state.data)
+        return self._step_on_data(state, model_args, model_kwargs, lambda s, potential: self.over_chains(
+            lambda chain: step(chain, potential, config), self._batched)(s))
+
+    def _step_on_data(self, state, model_args, model_kwargs, step: Callable):
+        """``step(state, potential)`` with the potential bound to this run's data (:meth:`ChainKernel.model_data`);
+        the step sees a state without ``data``, which is attached again to the result."""
+        potential = self._potential(*self.model_data(state, model_args, model_kwargs))
+        return step(state._replace(data=None), potential)._replace(data=state.data)
 
     def _potential(self, model_args, model_kwargs) -> Callable:
         """``potential(z, minibatch_key)``: the minibatch potential energy of this run's model."""

@@ -298,8 +298,7 @@ class ICSGLD(MinibatchKernel):
         return self._with_data(state)
 
     def sample(self, state: ICSGLDState, model_args, model_kwargs) -> ICSGLDState:
-        potential = self._potential(*self.model_data(state, model_args, model_kwargs))
-        return self._step(state._replace(data=None), potential)._replace(data=state.data)
+        return self._step_on_data(state, model_args, model_kwargs, self._step)
 
     def run_warnings(self, state: ICSGLDState) -> list[str]:
         """Rejected steps, and energies seen outside the regular bins (from ``mcmc.last_state``)."""
