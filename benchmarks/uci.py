@@ -309,8 +309,9 @@ def main(argv=None) -> int:
     add_common_options(parser, data="the UCI .data files")
     parser.add_argument("--stats", choices=["train", "full"], default="train")
     parser.add_argument("--bde-warmups", nargs="+", type=int, help="BDE warmup lengths (default: the profile's)")
-    parser.add_argument("--bde-chain-methods", nargs="+", default=["sequential"],
-                        choices=["sequential", "vectorized"])
+    parser.add_argument("--bde-chain-methods", nargs="+", default=["auto"],
+                        choices=["auto", "sequential", "vectorized"],
+                        help="BDE's chain_method; auto (default): chains over every core, as numpyro_mile.bde runs them")
     add_common_options(parser, out_dir=ROOT / "docs" / "benchmarks" / "uci")
     parser.add_argument("--projection-of", default=None,
                         help="a results folder whose projected times this run's full-budget times check")
@@ -400,4 +401,9 @@ def render(out: Path, args, command: str, profile: dict) -> None:
 
 
 if __name__ == "__main__":
+    import os
+
+    import numpyro
+
+    numpyro.set_host_device_count(os.cpu_count() or 1)  # every core a device, before JAX starts (NumPyro's advice)
     sys.exit(main())

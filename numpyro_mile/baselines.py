@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import jax
@@ -19,7 +20,7 @@ def bde(
     max_tree_depth: int = 10,
     target_accept_prob: float = 0.8,
     dense_mass: bool = False,
-    chain_method: str = "sequential",
+    chain_method: str | Callable = "auto",
     progress_bar: bool = True,
     extra_fields: tuple = ("num_steps",),
     **model_kwargs,
@@ -28,8 +29,11 @@ def bde(
 
     One chain per member (``num_chains`` = leading size of ``init_params``), diagonal mass matrix,
     maximum tree depth 10 and target acceptance 0.8 by default, as in the BDE/MILE papers.
-    ``chain_method="sequential"`` runs chains one after another; with ``"vectorized"`` NumPyro
-    advances all chains in lockstep, so every iteration costs the deepest tree of any chain.
+    ``chain_method="auto"`` (default) runs the chains over every local device
+    (:func:`chains_over_devices`: on a CPU, call ``numpyro.set_host_device_count(os.cpu_count())``
+    before JAX starts to make every core a device), and one after another on a single device.
+    ``"sequential"`` and ``"parallel"`` are NumPyro's; with ``"vectorized"`` NumPyro advances all
+    chains in lockstep, so every iteration costs the deepest tree of any chain.
 
     :param init_params: unconstrained parameters with a leading member axis
         (``deep_ensemble(...).init_params``).
@@ -71,8 +75,65 @@ def chain_init_params(init_params: dict) -> dict:
 
 def bde_mcmc(model: Callable, num_chains: int, *, num_warmup: int = 1000, num_samples: int = 1000, thinning: int = 1,
              max_tree_depth: int = 10, target_accept_prob: float = 0.8, dense_mass: bool = False,
-             chain_method: str = "sequential", progress_bar: bool = True) -> MCMC:
+             chain_method: str | Callable = "auto", progress_bar: bool = True) -> MCMC:
     """The :class:`~numpyro.infer.MCMC` that :func:`bde` runs, not yet run (to time warmup and sampling apart)."""
     kernel = NUTS(model, max_tree_depth=max_tree_depth, target_accept_prob=target_accept_prob, dense_mass=dense_mass)
-    return MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                thinning=thinning, chain_method=chain_method, progress_bar=progress_bar)
+    if chain_method == "auto":
+        chain_method = chains_over_devices() if num_chains > 1 and jax.local_device_count() > 1 else "sequential"
+    with warnings.catch_warnings():  # NumPyro turns the bar off for any callable; ours keeps it (see below)
+        warnings.filterwarnings("ignore", message="Disabling progress bar", category=UserWarning)
+        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                    thinning=thinning, chain_method=chain_method, progress_bar=progress_bar)
+    if isinstance(chain_method, ChainsOverDevices):
+        mcmc.progress_bar = progress_bar  # a bar per chain, updated from the compiled loop as for "parallel"
+    return mcmc
+
+
+class ChainsOverDevices:
+    """A ``chain_method`` for :class:`numpyro.infer.MCMC`: independent chains over several devices.
+
+    The chains are split into equal blocks, one per device, over the largest number of devices that
+    divides the number of chains (12 chains on 8 devices: 6 devices with 2 chains each, which takes
+    as long as 8 devices would); the devices run their blocks at the same time (``jax.pmap``) and
+    each device runs its chains one after another (``jax.lax.map``), so no chain waits for another's
+    trees, unlike ``"vectorized"``. Each chain gets the key and start it gets under ``"sequential"``,
+    so the draws are those of a sequential run up to float rounding. Use it for kernels whose chains
+    are independent (NUTS, HMC), not for ensemble kernels or MILE (whose ``vectorized`` chains shard
+    over devices by themselves).
+
+    :param devices: the devices to use (default: every local device).
+    """
+
+    def __init__(self, devices=None):
+        self.devices = list(devices) if devices is not None else jax.local_devices()
+
+    def __call__(self, single_chain: Callable) -> Callable:
+        def run(map_args):
+            num_chains = int(jax.tree.leaves(map_args)[0].shape[0])
+            per_device = self.chains_per_device(num_chains)
+            num_devices = num_chains // per_device
+            out = jax.pmap(lambda block: jax.lax.map(single_chain, block), devices=self.devices[:num_devices])(
+                jax.tree.map(lambda x: x.reshape(num_devices, per_device, *x.shape[1:]), map_args))
+            return jax.tree.map(lambda x: x.reshape(num_chains, *x.shape[2:]), out)
+
+        return run
+
+    def chains_per_device(self, num_chains: int) -> int:
+        """How many chains each device runs one after another (the cost of a run in single-chain runs)."""
+        return num_chains // max(d for d in range(1, len(self.devices) + 1) if num_chains % d == 0)
+
+
+def chains_per_device(num_chains: int, chain_method) -> int:
+    """The chains whose cost adds up on the busiest device, to project a run's time to other chain counts: the
+    block size of a :class:`ChainsOverDevices`, 1 for ``"parallel"`` with a device per chain, else ``num_chains``
+    (``"sequential"`` chains one after another; ``"vectorized"`` ones together, at a cost that grows with them)."""
+    if isinstance(chain_method, ChainsOverDevices):
+        return chain_method.chains_per_device(num_chains)
+    if chain_method == "parallel" and num_chains <= jax.local_device_count():
+        return 1
+    return num_chains
+
+
+def chains_over_devices(devices=None) -> ChainsOverDevices:
+    """``chain_method`` that runs independent chains over every local device (:class:`ChainsOverDevices`)."""
+    return ChainsOverDevices(devices)

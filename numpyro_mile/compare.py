@@ -13,7 +13,7 @@ import jax
 import numpy as np
 from numpyro.infer import MCMC
 
-from .baselines import bde, bde_mcmc, chain_init_params
+from .baselines import bde, bde_mcmc, chain_init_params, chains_per_device
 from .diagnostics import _nanmean, chainwise_rhat, ess
 from .ensemble import DeepEnsemble
 from .kernels import ICSGLD, MILE
@@ -120,7 +120,7 @@ def run_mile(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, n
 
 
 def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, num_warmup: int, num_samples: int,
-            thinning: int = 1, chain_method: str = "sequential", progress_bar: bool = False, label: str = "BDE",
+            thinning: int = 1, chain_method: str = "auto", progress_bar: bool = False, label: str = "BDE",
             projected_samples: int | None = None, projected_warmup: int | None = None,
             projected_chains: int | None = None, **model_kwargs) -> MethodResult:
     """BDE (NUTS from the members); times measured as for :func:`run_mile`.
@@ -129,7 +129,8 @@ def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, nu
     run projects the time of a longer one (e.g. the paper's 100 or 1000 warmup + 1000 draws): each
     part less one ``compile_seconds`` (NumPyro compiles each run) scales with its length,
     ``projected_samples / num_samples`` for the draws and ``projected_warmup / num_warmup`` for the
-    warmup, and both with ``projected_chains / num_chains`` (sequential chains cost the same each).
+    warmup, and both with the ratio of chains each device runs one after another (``projected_chains /
+    num_chains`` for sequential chains, which cost the same each; see :func:`chains_per_device`).
     After warmup the tree sizes are stationary, so the time per draw is too, up to Monte Carlo
     noise; warmup iterations cost more than draws (smaller steps while adapting), so projecting a
     short warmup is rougher. With no projection arguments ``projected_seconds == seconds``.
@@ -158,7 +159,8 @@ def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, nu
     steps = np.asarray(fields["num_steps"])
     grads = int(steps.sum() * thinning * (num_warmup + num_samples) / max(num_samples, 1))
     # the sampling run compiles again (about compile_seconds): only its net time scales with draws
-    chain_factor = (projected_chains or num_chains) / num_chains
+    chain_factor = (chains_per_device(projected_chains or num_chains, mcmc.chain_method)
+                    / chains_per_device(num_chains, mcmc.chain_method))
     net_sampling = max(seconds - warmup_seconds - compile_seconds, 0.0)
     net_warmup = max(warmup_seconds - compile_seconds, 0.0)
     projected = (seconds - net_sampling - net_warmup

@@ -26,7 +26,7 @@ def test_tiny_run_schema_and_resume(tmp_path):
     with (out / "results.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == uci.FIELDS
-    assert [r["method"] for r in rows] == ["DE", "MILE", "BDE-w5-sequential"]
+    assert [r["method"] for r in rows] == ["DE", "MILE", "BDE-w5-auto"]
     assert all(float(r["rmse"]) > 0 for r in rows)
     # projections to the profile's larger budgets: MILE linear in steps (100 + 20 -> 1200), BDE run on one
     # of the two members, projected to both chains and to 10 + 10 iterations (each part less one compile)
@@ -46,7 +46,7 @@ def test_tiny_run_schema_and_resume(tmp_path):
     assert uci.main(["--profile", "tiny", "--data", str(DATA), "--out", str(out)]) == 0
     with (out / "results.csv").open() as f:
         assert len(list(csv.DictReader(f))) == 3
-    assert uci.done_keys(out / "results.csv") == {("yacht", "1", m) for m in ["DE", "MILE", "BDE-w5-sequential"]}
+    assert uci.done_keys(out / "results.csv") == {("yacht", "1", m) for m in ["DE", "MILE", "BDE-w5-auto"]}
 
 
 def test_scaling_exponent_fit_and_table():

@@ -1,0 +1,213 @@
+"""One run of one implementation for ``benchmarks/peers.py``, executed by that implementation's own Python.
+
+Usage (``peers.py`` does this; ``ARGS.json`` holds the run's settings)::
+
+    VENV/bin/python benchmarks/_peer_drivers.py {split,authors,bde,ours} ARGS.json
+
+Each driver starts its clocks on its first line, before JAX or the implementation is imported, and stops them
+when the fitted posterior (deep ensemble + warmup + sampling) is in memory: ``fit_wall`` and ``fit_cpu``
+(process CPU, every thread) are what a user waits for, imports and compilation included. Trace + compile
+seconds are summed from ``jax.monitoring`` (the events in ``_common.COMPILE_EVENTS``, which the JAX releases of
+all three environments emit). Afterwards, untimed, the driver writes the posterior predictive's ``mu`` and
+``sigma`` on the test rows, shape ``(draws, n_test)`` each, to ``WORKDIR/predictions.npz``; ``peers.py``
+scores all implementations alike from those files. The last line of stdout is ``RESULT {json}``.
+
+The three drivers, each configured as its documentation says:
+
+- ``authors``: the MILE authors' ``train.py`` pipeline (``train_bde(config, devices)``, which sets the number
+  of host devices to ``min(devices, chains)`` as ``train.py -d`` does) on their
+  ``experiments/replicate_uci/mclmc.yaml`` with the budget, chain count and seed replaced; their HTML report
+  (a notebook run after sampling) is skipped.
+- ``split`` (in the authors' environment, untimed): their data loader's split for the seed (full-data
+  standardisation, a permutation from the seed, 70/10/20) saved to ``WORKDIR/split.npz``; the authors' run
+  makes the same split itself, the others receive it as arrays.
+- ``bde``: ``BdeRegressor`` from scikit-learn-contrib ``bde`` with ``XLA_FLAGS`` exposing ``devices`` host
+  devices (its README's advice), the authors' network and ensemble settings, fitted on train + validation
+  rows with the validation fraction that holds out as many rows as the authors' split.
+- ``ours``: the README's path: ``numpyro.set_host_device_count(devices)``, then
+  ``MCMC(MILE(mlp_regression), ..., chain_method="vectorized")`` with NumPyro's progress bar as it defaults,
+  pretraining its own ensemble with the split's validation rows for early stopping. ``progress_bar`` in
+  ARGS.json (a second row, not the headline) sets NumPyro's bar explicitly.
+"""
+
+from __future__ import annotations
+
+import time
+
+_START_WALL, _START_CPU = time.perf_counter(), time.process_time()
+
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import COMPILE_EVENTS  # noqa: E402  (stdlib only at import: runs in every environment)
+
+HIDDEN = [16, 16]
+
+
+def compile_listener() -> dict:
+    """Register a ``jax.monitoring`` listener that sums the trace + compile seconds into the returned dict."""
+    import jax
+
+    totals = {"seconds": 0.0, "count": 0}
+
+    def listen(event, duration, **kwargs):
+        if event in COMPILE_EVENTS:
+            totals["seconds"] += duration
+            totals["count"] += event == COMPILE_EVENTS[-1]
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    return totals
+
+
+def fit_clock() -> dict:
+    return {"fit_wall": time.perf_counter() - _START_WALL, "fit_cpu": time.process_time() - _START_CPU}
+
+
+def authors_config(args: dict) -> Path:
+    """The authors' ``replicate_uci/mclmc.yaml`` with this run's data path, budget, chains and seed, written to
+    ``WORKDIR/config.yaml``."""
+    import yaml
+
+    checkout, work = Path(args["checkout"]).resolve(), Path(args["workdir"]).resolve()
+    sys.path.insert(0, str(checkout))
+    os.chdir(work)
+    config = yaml.safe_load((checkout / "experiments" / "replicate_uci" / "mclmc.yaml").read_text())
+    config["saving_dir"] = str(work / "results")
+    config["experiment_name"] = f"mclmc_seed{args['seed']}"
+    config["data"]["path"] = str(checkout / "data" / "airfoil.data")
+    config["rng"] = int(args["seed"])
+    config["logging"] = True
+    sampler = config["training"]["sampler"]
+    sampler.update(warmup_steps=args["warmup"], n_chains=args["chains"], n_samples=args["samples"],
+                   n_thinning=args["thinning"])
+    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    return work / "config.yaml"
+
+
+def split(args: dict) -> dict:
+    """The authors' data loader's split for this seed, saved to ``WORKDIR/split.npz`` (train/valid/test x/y)."""
+    path = authors_config(args)
+    import numpy as np
+    from src.config.core import Config
+    from src.dataset import TabularLoader
+
+    cfg = Config.from_file(path)
+    loader = TabularLoader(config=cfg.data, rng=cfg.jax_rng, target_len=cfg.data.target_len)
+    np.savez(path.parent / "split.npz", **{f"{part}_{xy}": np.asarray(getattr(loader, f"{part}_{xy}"))
+                                           for part in ("train", "valid", "test") for xy in ("x", "y")})
+    return {}
+
+
+def authors(args: dict) -> dict:
+    work = authors_config(args).parent
+    compiled = compile_listener()
+    import train  # their train.py; its command line runs only under __main__
+    from src.config.core import Config
+    from src.training.trainer import BDETrainer
+
+    BDETrainer.generate_html_report = lambda self: None  # the report notebook is not part of the fit
+    cfg = Config.from_file(work / "config.yaml")
+    train.train_bde(cfg, int(args["devices"]))
+    out = fit_clock()
+    # their ``measure_time`` logs "time.<phase> took <seconds> seconds." into the experiment's training.log
+    phases = dict(re.findall(r"time\.(\w+) took ([0-9.]+) seconds", (cfg.experiment_dir / "training.log").read_text()))
+    out.update(compile_s=compiled["seconds"], compiles=compiled["count"],
+               ensemble_s=float(phases["warmstart"]), sampler_s=float(phases["sampling"]))
+
+    import jax.numpy as jnp
+    import numpy as np
+    from src.dataset import TabularLoader
+    from src.inference.evaluation import predict_bde
+    from src.training.utils import load_samples_from_dir
+
+    loader = TabularLoader(config=cfg.data, rng=cfg.jax_rng, target_len=cfg.data.target_len)
+    samples = load_samples_from_dir(cfg.experiment_dir / "samples", tree_path=cfg.experiment_dir / "tree")
+    raw = predict_bde(samples, cfg.get_flax_model(), loader.test_x, loader.test_y, batch_size=None, verbose=False)
+    raw = np.asarray(raw).reshape(-1, raw.shape[-2], 2)  # (chains * draws, n_test, 2)
+    np.savez(work / "predictions.npz", mu=raw[..., 0], sigma=np.asarray(jnp.exp(raw[..., 1]).clip(1e-6, 1e6)),
+             y=np.asarray(loader.test_y))
+    out["devices_used"] = len(__import__("jax").devices())
+    return out
+
+
+def bde(args: dict) -> dict:
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={int(args['devices'])}"
+    import numpy as np
+
+    compiled = compile_listener()
+    import jax
+    from bde import BdeRegressor
+    from bde.loss import GaussianNLL
+
+    split = np.load(args["split"])
+    x = np.concatenate([split["train_x"], split["valid_x"]])
+    y = np.concatenate([split["train_y"], split["valid_y"]])
+    regressor = BdeRegressor(
+        hidden_layers=HIDDEN, n_members=int(args["chains"]), seed=int(args["seed"]), loss=GaussianNLL(),
+        epochs=500, patience=10, validation_split=len(split["valid_y"]) / len(y), lr=1e-3, weight_decay=1e-3,
+        warmup_steps=int(args["warmup"]), n_samples=int(args["samples"]), n_thinning=int(args["thinning"]))
+    build_log_post, marks = regressor._build_log_post, []
+
+    def ensemble_done(*a, **k):  # ``fit`` calls it right after training the members
+        marks.append(time.perf_counter())
+        return build_log_post(*a, **k)
+
+    regressor._build_log_post = ensemble_done
+    fit_start = time.perf_counter()
+    regressor.fit(x=jax.numpy.asarray(x), y=jax.numpy.asarray(y))
+    jax.block_until_ready(regressor.positions_eT_)
+    out = fit_clock()
+    out.update(compile_s=compiled["seconds"], compiles=compiled["count"], ensemble_s=marks[0] - fit_start,
+               sampler_s=time.perf_counter() - marks[0])
+
+    raw = np.asarray(regressor.predict(jax.numpy.asarray(split["test_x"]), raw=True))
+    raw = raw.reshape(-1, raw.shape[-2], 2)  # (members * draws, n_test, 2)
+    np.savez(Path(args["workdir"]) / "predictions.npz", mu=raw[..., 0],
+             sigma=np.asarray(jax.nn.softplus(raw[..., 1]) + 1e-6), y=split["test_y"])
+    out["devices_used"] = len(jax.devices())
+    return out
+
+
+def ours(args: dict) -> dict:
+    import numpyro
+
+    numpyro.set_host_device_count(int(args["devices"]))  # NumPyro's advice, before JAX starts
+    import numpy as np
+
+    compiled = compile_listener()
+    import jax
+    from numpyro.infer import MCMC, Predictive
+
+    from numpyro_mile import MILE
+    from numpyro_mile.models import mlp_regression
+
+    split = np.load(args["split"])
+    kernel = MILE(mlp_regression, ensemble_options=dict(validation=(split["valid_x"], split["valid_y"])))
+    mcmc = MCMC(kernel, num_warmup=int(args["warmup"]), num_samples=int(args["samples"]),
+                thinning=int(args["thinning"]), num_chains=int(args["chains"]), chain_method="vectorized")
+    if args.get("progress_bar") is not None:
+        mcmc.progress_bar = bool(args["progress_bar"])
+    run_start = time.perf_counter()
+    mcmc.run(jax.random.PRNGKey(int(args["seed"])), split["train_x"], split["train_y"], hidden=tuple(HIDDEN))
+    samples = jax.block_until_ready(mcmc.get_samples())
+    out = fit_clock()
+    ensemble_s = kernel.ensembles[-1].fit_seconds
+    out.update(compile_s=compiled["seconds"], compiles=compiled["count"], ensemble_s=ensemble_s,
+               sampler_s=time.perf_counter() - run_start - ensemble_s)
+
+    pred = Predictive(mlp_regression, samples, return_sites=["mu", "sigma"])(
+        jax.random.PRNGKey(0), split["test_x"], hidden=tuple(HIDDEN))
+    np.savez(Path(args["workdir"]) / "predictions.npz", mu=np.asarray(pred["mu"]), sigma=np.asarray(pred["sigma"]),
+             y=split["test_y"])
+    out["devices_used"] = len(jax.devices())
+    return out
+
+
+if __name__ == "__main__":
+    which, path = sys.argv[1], sys.argv[2]
+    result = {"split": split, "authors": authors, "bde": bde, "ours": ours}[which](json.loads(Path(path).read_text()))
+    print("RESULT " + json.dumps(result), flush=True)

@@ -1,0 +1,287 @@
+"""Peers side by side: numpyro_mile, the MILE authors' code and scikit-learn-contrib ``bde`` on one split and budget.
+
+UCI airfoil, K = 12 chains, 10,000 warmup + 2,000 sampling steps thinned 10 (200 draws per chain), seeds 1-3;
+the network of the paper (two hidden layers of 16, ReLU, a (mu, log sigma) head, standard-normal priors) and
+each implementation's deep ensemble (500 epochs at most, patience 10, AdamW 1e-3). Every implementation gets
+every core the way its documentation configures it (the authors' ``train.py -d``, ``bde``'s ``XLA_FLAGS``,
+NumPyro's ``set_host_device_count``) and keeps its progress bars. The split is the authors' (their loader:
+full-data standardisation, a permutation from the seed, 70/10/20); ``bde`` and numpyro_mile receive it as arrays.
+Each run is one fresh Python process, run one after another, never side by side, in the order authors, bde,
+ours, then ours again with ``progress_bar=False`` (a second row: what NumPyro's bar costs) per seed; ``benchmarks/_peer_drivers.py`` is what each process runs (it says what is timed).
+
+Neither peer is on the package index, and no third-party code enters this repository: the script takes paths
+to checkouts and gives each its own virtualenv under ``--venvs``, built once with its pinned requirements:
+the authors' ``poetry.lock`` through Poetry (``poetry install --no-root --with nlp``, as their README says,
+without the torch group that tabular runs do not import), and ``bde`` with its ``pyproject.toml`` under the
+versions its ``pixi.lock`` pins for the default Linux environment.
+
+Usage::
+
+    git clone https://github.com/EmanuelSommer/MILE ~/src/MILE
+    git clone https://github.com/scikit-learn-contrib/bde ~/src/bde
+    python benchmarks/peers.py --authors ~/src/MILE --bde ~/src/bde     # -> docs/benchmarks/peers.md, peers/results.csv
+    python benchmarks/peers.py --render-only                             # page from results.csv
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import (ROOT, add_common_options, argument_parser, load_average, machine_lines,
+                     markdown_table, read_csv, write_csv)
+
+OUT = ROOT / "docs" / "benchmarks" / "peers"
+PAGE = ROOT / "docs" / "benchmarks" / "peers.md"
+DRIVER = Path(__file__).resolve().parent / "_peer_drivers.py"
+IMPLEMENTATIONS = ("authors", "bde", "ours", "ours-quiet")
+LABELS = {"authors": "MILE authors' code", "bde": "scikit-learn-contrib bde", "ours": "numpyro_mile (README path)",
+          "ours-quiet": "numpyro_mile, progress_bar=False (second row)"}
+FIELDS = ["implementation", "seed", "chains", "warmup", "samples", "thinning", "devices", "process_wall",
+          "fit_wall", "fit_cpu", "compile_s", "compiles", "ensemble_s", "sampler_s", "lppd", "rmse", "commit",
+          "load_start", "load_end"]
+# the bde versions its pixi.lock pins in the default Linux environment (read from the lock, see bde_pins)
+BDE_PINNED = ("jax", "jaxlib", "numpy", "scipy", "scikit-learn", "optax", "blackjax", "chex")
+
+
+# ============================================================================ environments
+def git_commit(checkout: Path) -> str:
+    return subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip() or "unknown"
+
+
+def bde_pins(checkout: Path) -> list[str]:
+    """``name==version`` for :data:`BDE_PINNED` from the default environment's linux-64 block of ``pixi.lock``."""
+    lock = (checkout / "pixi.lock").read_text()
+    default = lock[lock.index("\n  default:\n"):]
+    linux = default[default.index("linux-64:"):]
+    linux = linux[:re.search(r"\n      (osx|win)-", linux).start()]
+    pins = {}
+    for name in BDE_PINNED:
+        found = re.search(rf"/{re.escape(name)}-([0-9][^-/]*)-", linux)
+        if found:
+            pins[name] = found.group(1)
+    return [f"{k}=={v}" for k, v in pins.items()]
+
+
+def run_logged(cmd: list[str], log: Path, **kwargs) -> None:
+    with log.open("a") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True, **kwargs)
+
+
+def environment(kind: str, checkout: Path, venvs: Path) -> Path:
+    """The Python of ``kind``'s virtualenv for ``checkout``, built on first use (a marker records the commit)."""
+    commit = git_commit(checkout)
+    venv = venvs / f"{kind}-{commit}"
+    python = venv / "bin" / "python"
+    if (venv / ".peers-ready").exists():
+        return python
+    venvs.mkdir(parents=True, exist_ok=True)
+    log = venvs / f"{kind}-{commit}.log"
+    print(f"building the {kind} environment in {venv} (log: {log})", file=sys.stderr, flush=True)
+    run_logged([sys.executable, "-m", "venv", "--clear", str(venv)], log)
+    if kind == "authors":
+        poetry_venv = venvs / "poetry"
+        if not (poetry_venv / "bin" / "poetry").exists():
+            run_logged([sys.executable, "-m", "venv", str(poetry_venv)], log)
+            run_logged([str(poetry_venv / "bin" / "pip"), "install", "poetry"], log)
+        env = dict(os.environ, VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
+        run_logged([str(poetry_venv / "bin" / "poetry"), "install", "--no-root", "--no-interaction", "--with", "nlp"],
+                   log, cwd=checkout, env=env)
+    else:
+        constraints = venvs / f"{kind}-{commit}-constraints.txt"
+        constraints.write_text("\n".join(bde_pins(checkout)) + "\n")
+        run_logged([str(venv / "bin" / "pip"), "install", "-c", str(constraints), str(checkout)], log)
+    (venv / ".peers-ready").write_text(commit + "\n")
+    return python
+
+
+# ============================================================================ runs
+def score(predictions: Path) -> tuple[float, float]:
+    """Test LPPD and RMSE (standardised units) of one run's predictive draws, the same code for every peer."""
+    import numpy as np
+
+    from numpyro_mile.metrics import gaussian_log_likelihood, lppd, rmse
+
+    p = np.load(predictions)
+    return lppd(gaussian_log_likelihood(p["y"], p["mu"], p["sigma"])), rmse(p["y"], p["mu"])
+
+
+def run_one(kind: str, python: Path, settings: dict, work: Path) -> dict:
+    """One implementation's run in a fresh process (``ours-quiet``: ours with ``progress_bar=False``), scored."""
+    work.mkdir(parents=True, exist_ok=True)
+    args = dict(settings, workdir=str(work))
+    if kind == "ours-quiet":
+        kind, args["progress_bar"] = "ours", False
+    (work / "args.json").write_text(json.dumps(args))
+    load_start, start = load_average(), time.perf_counter()
+    with (work / "stderr.log").open("w") as err:
+        proc = subprocess.run([str(python), str(DRIVER), kind, str(work / "args.json")], stdout=subprocess.PIPE,
+                              stderr=err, text=True, cwd=work)
+    wall = time.perf_counter() - start
+    (work / "stdout.log").write_text(proc.stdout)
+    if proc.returncode:
+        raise RuntimeError(f"{kind} failed (exit {proc.returncode}); see {work / 'stderr.log'}")
+    if kind == "split":
+        return {}
+    result = json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1][len("RESULT "):])
+    lppd_value, rmse_value = score(work / "predictions.npz")
+    return {**{k: settings[k] for k in ("seed", "chains", "warmup", "samples", "thinning", "devices")},
+            "implementation": "ours-quiet" if args.get("progress_bar") is False else kind, "process_wall": wall, **result, "lppd": lppd_value, "rmse": rmse_value,
+            "load_start": load_start, "load_end": load_average()}
+
+
+# ============================================================================ page
+def mean(values) -> float:
+    values = [float(v) for v in values if v not in ("", None)]
+    return statistics.fmean(values) if values else float("nan")
+
+
+def render(rows: list[dict], out: Path) -> str:
+    seeds = sorted({int(r["seed"]) for r in rows})
+    by = {(r["implementation"], int(r["seed"])): r for r in rows}
+    present = [k for k in IMPLEMENTATIONS if any(r["implementation"] == k for r in rows)]
+    first = rows[0]
+    table = []
+    for kind in present:
+        runs = [by[(kind, s)] for s in seeds if (kind, s) in by]
+        for label, group in [*((str(int(r["seed"])), [r]) for r in runs), ("mean", runs)]:
+            table.append([LABELS[kind] if label == "mean" else "", label,
+                          *(f"{mean(r[k] for r in group):.1f}" for k in ("fit_wall", "fit_cpu", "compile_s",
+                                                                          "ensemble_s", "sampler_s")),
+                          f"{mean(r['lppd'] for r in group):.3f}", f"{mean(r['rmse'] for r in group):.3f}",
+                          ("" if label != "mean" else f"{mean(r['process_wall'] for r in group):.1f}")])
+    ratio_rows = []
+    for mine in ("ours", "ours-quiet"):
+        for kind in ("authors", "bde"):
+            pairs = [(by[(mine, s)], by[(kind, s)]) for s in seeds if (mine, s) in by and (kind, s) in by]
+            if not pairs:
+                continue
+            wall = [float(o["fit_wall"]) / float(p["fit_wall"]) for o, p in pairs]
+            sampler = [float(o["sampler_s"]) / float(p["sampler_s"]) for o, p in pairs]
+            dlppd = [float(o["lppd"]) - float(p["lppd"]) for o, p in pairs]
+            ratio_rows.append([LABELS[mine], LABELS[kind], ", ".join(f"{w:.2f}" for w in wall),
+                               f"{statistics.fmean(wall):.2f}", f"{statistics.fmean(sampler):.2f}",
+                               ", ".join(f"{d:+.3f}" for d in dlppd)])
+    loads = [float(r["load_start"]) for r in rows] + [float(r["load_end"]) for r in rows]
+    lines = [
+        "# Peers side by side: numpyro_mile, the MILE authors' code, scikit-learn-contrib bde",
+        "",
+        "Generated by `python benchmarks/peers.py --authors MILE-CHECKOUT --bde BDE-CHECKOUT` (see its docstring; "
+        "`--only KIND` reruns one implementation, `--render-only` rewrites this page; results in "
+        f"`{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}/results.csv`).",
+        "",
+        f"UCI airfoil, the authors' split per seed (70/10/20, full-data standardisation), K = {first['chains']} chains, "
+        f"{int(first['warmup']):,} warmup + {int(first['samples']):,} steps thinned {first['thinning']} "
+        f"({int(first['samples']) // int(first['thinning'])} draws per chain), {first['devices']} devices (every core), "
+        "progress bars as each implementation defaults. Each run is a fresh process; times are seconds from the "
+        "process's first line (before JAX is imported) until the posterior draws are in memory: what a user "
+        "waits for, imports, ensemble training and compilation included. `compile` is the trace + lower + XLA "
+        "compile time JAX reports (`jax.monitoring`), part of the wall time; `ensemble` and `sampler` are the "
+        "implementation's own split where it has one (the authors' `time.warmstart` / `time.sampling` log lines; "
+        "for bde and numpyro_mile measured around their ensemble fit), both including their compilation. LPPD and "
+        "RMSE on the test rows (standardised units) are computed by the same code for all from each "
+        "implementation's predictive draws "
+        f"(all {first['chains']} x {int(first['samples']) // int(first['thinning'])}).",
+        "",
+        *markdown_table(["implementation", "seed", "wall s", "CPU s", "compile s", "ensemble s", "sampler s",
+                         "test LPPD", "test RMSE", "process wall s"], table, "llrrrrrrrr", compact=True),
+        "",
+        "numpyro_mile against each peer, per seed (wall time of the whole fit as above; the issue's target is "
+        "<= 0.3x at equal LPPD):",
+        "",
+        *markdown_table(["ours", "peer", "our wall / theirs, per seed", "mean", "sampler ratio, mean",
+                         "our LPPD - theirs, per seed"], ratio_rows, "llllrl", compact=True),
+        "",
+        *verdict(ratio_rows),
+        "",
+        "Environments: each peer in its own virtualenv with its pinned requirements (the authors' `poetry.lock`: "
+        "JAX 0.4.28, BlackJAX 1.2.2; bde: its `pixi.lock` default environment: JAX 0.7.1, BlackJAX 1.2.2); "
+        "commits: " + ", ".join(sorted({f"{r['implementation']} {r['commit']}" for r in rows})) + ".",
+        "",
+        *machine_lines(),
+        f"- load average (1 min) over the runs: {min(loads):.2f} - {max(loads):.2f}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def verdict(ratio_rows: list[list]) -> list[str]:
+    """The headline: the README path (progress bar on) against each peer, wall time and LPPD."""
+    rows = [r for r in ratio_rows if r[0] == LABELS["ours"]]
+    if not rows:
+        return []
+    worst = max(float(r[3]) for r in rows)
+    lppd_gap = min(min(float(d) for d in r[5].split(", ")) for r in rows)
+    return [f"Verdict: the target (<= 0.3x each peer's wall time at equal LPPD) is {'met' if worst <= 0.3 else 'missed'}. "
+            "On the README path our fit takes " + " and ".join(f"{r[3]}x the wall time of {r[1]}" for r in rows)
+            + f" (means over seeds); our test LPPD is {'at least equal' if lppd_gap >= 0 else 'lower, by up to ' + format(-lppd_gap, '.3f')}."]
+
+
+def main(argv=None) -> None:
+    parser = argument_parser(__doc__)
+    add_common_options(parser, out_dir=OUT, output=PAGE, no_write="print the page only",
+                       render_only="rewrite the page from results.csv")
+    parser.add_argument("--authors", type=Path, help="checkout of github.com/EmanuelSommer/MILE")
+    parser.add_argument("--bde", type=Path, help="checkout of github.com/scikit-learn-contrib/bde")
+    parser.add_argument("--venvs", type=Path, default=Path.home() / ".cache" / "numpyro_mile" / "peers",
+                        help="where the peers' virtualenvs are built (once per checkout commit)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--chains", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=10_000)
+    parser.add_argument("--samples", type=int, default=2_000)
+    parser.add_argument("--thinning", type=int, default=10)
+    parser.add_argument("--devices", type=int, default=os.cpu_count() or 1, help="devices (cores) for everyone")
+    parser.add_argument("--only", nargs="+", choices=IMPLEMENTATIONS, default=list(IMPLEMENTATIONS),
+                        help="implementations to run (results of the others are kept in results.csv)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    results = out / "results.csv"
+    if args.render_only:
+        text = render(read_csv(results), out)
+    else:
+        if args.authors is None:
+            parser.error("--authors CHECKOUT is needed: the authors' data loader makes the split everyone uses")
+        pythons = {"authors": environment("authors", args.authors, args.venvs), "ours": Path(sys.executable),
+                   "ours-quiet": Path(sys.executable)}
+        pythons["split"] = pythons["authors"]
+        checkouts = {"authors": args.authors, "bde": args.bde, "ours": ROOT, "ours-quiet": ROOT}
+        if "bde" in args.only:
+            if args.bde is None:
+                parser.error("--bde CHECKOUT is needed (or leave bde out with --only)")
+            pythons["bde"] = environment("bde", args.bde, args.venvs)
+        rows = []
+        with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
+            for seed in args.seeds:
+                settings = dict(seed=seed, chains=args.chains, warmup=args.warmup, samples=args.samples,
+                                thinning=args.thinning, devices=args.devices, checkout=str(args.authors.resolve()),
+                                split=str(Path(tmp) / f"seed{seed}" / "split" / "split.npz"))
+                run_one("split", pythons["split"], settings, Path(tmp) / f"seed{seed}" / "split")
+                for kind in (k for k in IMPLEMENTATIONS if k in args.only):
+                    row = run_one(kind, pythons[kind], settings, Path(tmp) / f"seed{seed}" / kind)
+                    row["commit"] = git_commit(checkouts[kind])
+                    rows.append(row)
+                    print(f"seed {seed} {kind}: wall {row['fit_wall']:.1f} s, compile {row['compile_s']:.1f} s, "
+                          f"LPPD {row['lppd']:.3f}, RMSE {row['rmse']:.3f}", file=sys.stderr, flush=True)
+        if not args.no_write:
+            out.mkdir(parents=True, exist_ok=True)
+            old = [r for r in read_csv(results, missing_ok=True)
+                   if (r["implementation"], int(r["seed"])) not in {(r2["implementation"], r2["seed"]) for r2 in rows}]
+            write_csv(results, old + rows, FIELDS, float_format=".6g")
+        text = render(read_csv(results) if not args.no_write else
+                      [{k: str(v) for k, v in r.items()} for r in rows], out)
+    print(text)
+    if not args.no_write:
+        Path(args.output).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
