@@ -76,6 +76,14 @@ class ChainKernel(MCMCKernel):
     def __init__(self, model: Callable | None):
         self._model = model
         self._data: _programs.DataSplit | None = None  # the model's arguments of this run (set by init)
+        # NumPyro calls ``init`` again for a run from ``mcmc.post_warmup_state`` while this is None: every
+        # kernel sets it once initialised (:meth:`initialised`), so a continuation never pretrains again
+        self._sample_fn = None
+
+    def initialised(self, state):
+        """``state``, after marking the kernel initialised (see ``_sample_fn`` above)."""
+        self._sample_fn = self.sample
+        return state
 
     @property
     def model(self) -> Callable | None:

@@ -237,8 +237,9 @@ class MinibatchKernel(ChainKernel):
         return state
 
     def _with_data(self, state):
-        """``state`` carrying this run's data arrays (``state.data``; see :meth:`ChainKernel.model_data`)."""
-        return state._replace(data=self._data.arrays)
+        """``state`` carrying this run's data arrays (``state.data``; see :meth:`ChainKernel.model_data`): the
+        end of every minibatch kernel's ``init``, which marks the kernel initialised."""
+        return self.initialised(state._replace(data=self._data.arrays))
 
     def _init_independent(self, rng_key, init_params, model_args, model_kwargs):
         """``init`` of chains that do not interact: one chain (``rng_key`` a key) or a batch of them (a

@@ -80,14 +80,42 @@ class MILEState(NamedTuple):
 _STATE_AXES = MILEState(None, 0, 0, 0, 0, 0, 0, 0, 0, 0, None)
 
 
-def _init_program(target: Callable, is_model: bool, data_key, schedule: tuning.Schedule, dim_stored: int):
+#: an independent standard-normal coordinate (shape ``(2 - d,)``) that MILE adds to a model with ``d < 2`` latent
+#: dimensions, since MCLMC's unit-norm momentum needs at least 2; it never reaches the draws (NUTS runs such
+#: models, so MILE does too, at the cost of one or two extra coordinates)
+AUXILIARY_SITE = "_mile_auxiliary"
+
+
+def model_potential(model: Callable, args: tuple, kwargs: dict, num_auxiliary: int = 0) -> Callable:
+    """The potential energy of ``model`` on unconstrained latent values; with ``num_auxiliary > 0`` a function
+    of those values plus :data:`AUXILIARY_SITE`, whose standard-normal energy it adds."""
+    potential_fn = partial(potential_energy, model, args, kwargs)
+    if not num_auxiliary:
+        return potential_fn
+
+    def augmented(params):
+        params = dict(params)
+        auxiliary = params.pop(AUXILIARY_SITE)
+        return potential_fn(params) + 0.5 * jnp.sum(jnp.square(auxiliary))
+
+    return augmented
+
+
+def without_auxiliary(postprocess: Callable) -> Callable:
+    """``postprocess`` applied to a position with :data:`AUXILIARY_SITE` left out."""
+    return lambda z: postprocess({name: value for name, value in z.items() if name != AUXILIARY_SITE})
+
+
+def _init_program(target: Callable, is_model: bool, data_key, schedule: tuning.Schedule, dim_stored: int,
+                  num_auxiliary: int = 0):
     """Jitted ``init_all(params, keys, data_arrays, step_size, L) -> MILEState`` of all chains (chain axis
-    first; ``data`` left empty). ``target`` is the model (``is_model``) or the potential function."""
+    first; ``data`` left empty). ``target`` is the model (``is_model``, with ``num_auxiliary`` auxiliary
+    coordinates) or the potential function."""
 
     def init_all(init_params, state_keys, arrays, step_size, L):
         if is_model:
             args, kwargs = _programs.join_data(data_key, arrays)
-            potential_fn = partial(potential_energy, target, args, kwargs)
+            potential_fn = model_potential(target, args, kwargs, num_auxiliary)
         else:
             potential_fn = target
 
@@ -125,6 +153,8 @@ class MILEConfig(NamedTuple):
     :ivar num_warmup: tuning steps.
     :ivar mesh: the one-axis device mesh the chains are sharded over (``None``: not sharded); the
         end-of-warmup ESS then runs on each device's block of chains, with no cross-device traffic.
+    :ivar num_auxiliary: size of :data:`AUXILIARY_SITE` (0, or ``2 - d`` for a model with ``d < 2`` latent
+        dimensions).
     """
 
     schedule: tuning.Schedule
@@ -132,6 +162,7 @@ class MILEConfig(NamedTuple):
     batched: bool
     num_warmup: int
     mesh: jax.sharding.Mesh | None = None
+    num_auxiliary: int = 0
 
 
 def chain_move(state: MILEState, potential_fn: Callable) -> MILEState:
@@ -360,7 +391,6 @@ class MILE(ChainKernel):
         self._potential_fn_gen = None
         self._postprocess_fn_gen = None
         self._config: MILEConfig | None = None  # set by init
-        self._sample_fn = None  # set by init; NumPyro re-runs init (and pretraining) while it is None
         self._data = None  # the model's arguments split into arrays and static parts (set by init)
 
     # ------------------------------------------------------------------ NumPyro interface
@@ -432,16 +462,22 @@ class MILE(ChainKernel):
         mu.check_continuous(trace, "MILE")
         mu.check_full_batch(trace, "MILE")
         model = self._model
+        latent_dim = sum(int(np.prod(shape)) for shape in mu.unconstrained_shapes(trace).values())
+        num_auxiliary = max(0, 2 - latent_dim)
+        self._config = self._config._replace(num_auxiliary=num_auxiliary)
         self._data = _programs.split_data(model_args, model_kwargs)
-        self._potential_fn_gen = lambda *args, **kwargs: partial(potential_energy, model, args, kwargs)
+        self._potential_fn_gen = lambda *args, **kwargs: model_potential(model, args, kwargs, num_auxiliary)
         if any(site["type"] == "deterministic" for site in trace.values()):
-            self._postprocess_fn_gen = lambda *args, **kwargs: partial(
+            postprocess_gen = lambda *args, **kwargs: partial(  # noqa: E731
                 constrain_fn, model, args, kwargs, return_deterministic=True)
         else:  # no data needed to constrain the draws: nothing of the data enters the collection
-            self._postprocess_fn_gen = lambda *args, **kwargs: partial(mu.constrain, trace)
+            postprocess_gen = lambda *args, **kwargs: partial(mu.constrain, trace)  # noqa: E731
+        self._postprocess_fn_gen = (postprocess_gen if not num_auxiliary else
+                                    lambda *args, **kwargs: without_auxiliary(postprocess_gen(*args, **kwargs)))
 
         if init_params is None:
-            has_plate = self.pretrain and pretraining_plate(trace, self.ensemble_options.get("plate_name"), "MILE") is not None
+            has_plate = (self.pretrain and latent_dim > 0
+                         and pretraining_plate(trace, self.ensemble_options.get("plate_name"), "MILE") is not None)
             if has_plate:
                 options = {"progress_bar": True, **self.ensemble_options}
                 ensemble = fit_members(self._model, pretrain_keys, model_args, model_kwargs, **options)
@@ -455,19 +491,23 @@ class MILE(ChainKernel):
                 ).param_info.z
                 if not batched:
                     init_params = jax.tree.map(lambda x: x[None], init_params)
-                if self.map_steps > 0:
-                    potential_fn = self._potential_fn_gen(*model_args, **model_kwargs)
+                if self.map_steps > 0 and latent_dim > 0:
+                    potential_fn = partial(potential_energy, model, model_args, model_kwargs)
                     init_params = jax.vmap(self._map_optimise, (0, None))(init_params, potential_fn)
         else:
             init_params = self._check_init_params(init_params, trace, num_chains)
+        if num_auxiliary:  # the auxiliary coordinate starts at its mode; the momentum is drawn at random
+            init_params = {**init_params, AUXILIARY_SITE: jnp.zeros((num_chains, num_auxiliary), jnp.result_type(float))}
         return self._init_state(init_params, state_keys)
 
     def _init_state(self, init_params, state_keys) -> MILEState:
         """The initial state of every chain from ``init_params`` (a pytree with a leading chain axis)."""
         flat, _ = ravel_pytree(jax.tree.map(lambda x: x[0], init_params))
         dim = int(flat.shape[0])
-        if dim < 2:
-            raise ValueError("MILE (MCLMC) needs at least 2 latent dimensions; use NUTS for a 1-d model.")
+        if dim < 2:  # a model gets an auxiliary coordinate in init; a potential_fn target does not
+            raise ValueError(
+                f"MILE (MCLMC) needs at least 2 latent dimensions; this potential_fn has {dim}. Add an independent "
+                "standard-normal coordinate to it (its draws are then exact for the rest), or write it as a model.")
         coords = None
         if dim > self.ess_num_coords:
             coords = np.sort(np.random.default_rng(0).choice(dim, self.ess_num_coords, replace=False))
@@ -479,14 +519,15 @@ class MILE(ChainKernel):
         dim_stored = dim if coords is None else len(coords)
         target = self._model if self._potential_fn is None else self._potential_fn
         init_all = _programs.program(
-            ("mile-init", target, self._potential_fn is None, self._data.key, config.schedule.num_stored, dim_stored),
-            lambda: _init_program(target, self._potential_fn is None, self._data.key, config.schedule, dim_stored))
+            ("mile-init", target, self._potential_fn is None, self._data.key, config.schedule.num_stored, dim_stored,
+             config.num_auxiliary),
+            lambda: _init_program(target, self._potential_fn is None, self._data.key, config.schedule, dim_stored,
+                                  config.num_auxiliary))
         state = init_all(init_params, state_keys, self._data.arrays,
                          jnp.asarray(self.initial_step_size, flat.dtype), jnp.asarray(initial_L, flat.dtype))
         if not config.batched:
             state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
-        self._sample_fn = self.sample  # initialised: a run from mcmc.post_warmup_state does not call init again
-        return state._replace(data=self._data.arrays)
+        return self.initialised(state._replace(data=self._data.arrays))
 
     def _chain_sharding(self, init_params, state_keys):
         """Where ``vectorized`` chains go (``shard_chains``): a sharding over the local devices, or ``None``."""

@@ -1,0 +1,139 @@
+"""NumPyro's kernel contract, for every kernel of the package: ``warmup()`` then ``run()``, a continuation from
+``mcmc.post_warmup_state`` that neither calls ``init`` again nor pretrains again, the same draws as one run; and
+models NUTS runs that MILE once refused (1-d models, models without latent dimensions)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import MCMC, NUTS
+
+from numpyro_mile import ICSGLD, MILE, SGLD, SMILE
+
+from _known_answers import check_posterior, conjugate_linear_regression, conjugate_regression
+
+X, Y, _, _ = conjugate_regression("gaussian", n=200)
+QUIET = dict(ensemble_options=dict(max_epochs=5, progress_bar=False))
+
+
+def kernels():
+    """(id, kernel factory, model keyword arguments): each kernel at its defaults, pretraining where it has it."""
+    return [
+        ("MILE", lambda: MILE(conjugate_linear_regression, **QUIET), {}),
+        ("SMILE", lambda: SMILE(conjugate_linear_regression, **QUIET), dict(subsample_size=50)),
+        ("SGLD", lambda: SGLD(conjugate_linear_regression, 1e-4), dict(subsample_size=50)),
+        ("ICSGLD", lambda: ICSGLD(conjugate_linear_regression, 1e-4, zeta=1.0, num_bins=50, bin_width=10.0,
+                                  min_energy=0.0), dict(subsample_size=50)),
+    ]
+
+
+class CountingInit:
+    """Wraps a kernel's ``init`` to count NumPyro's calls."""
+
+    def __init__(self, kernel):
+        self.calls, self._init = 0, kernel.init
+        kernel.init = self
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self._init(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name, make, model_kwargs", kernels(), ids=[k[0] for k in kernels()])
+def test_post_warmup_state_continues_without_init_or_pretraining(name, make, model_kwargs):
+    kernel = make()
+    counter = CountingInit(kernel)
+    mcmc = MCMC(kernel, num_warmup=100, num_samples=50, num_chains=2, chain_method="vectorized", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), X, Y, **model_kwargs)
+    first = np.asarray(mcmc.get_samples(group_by_chain=True)["w"])
+    assert counter.calls == 1
+    mcmc.post_warmup_state = mcmc.last_state
+    mcmc.run(mcmc.post_warmup_state.rng_key, X, Y, **model_kwargs)
+    second = np.asarray(mcmc.get_samples(group_by_chain=True)["w"])
+    assert counter.calls == 1, f"{name}: NumPyro called init again for a continuation"
+    assert len(getattr(kernel, "ensembles", [])) <= 1  # no second deep ensemble
+    assert second.shape == first.shape == (2, 50, 4) and not np.array_equal(first, second)
+    # the continuation starts where the first run stopped
+    assert np.abs(second[:, 0] - first[:, -1]).max() < 0.5
+
+
+@pytest.mark.parametrize("name, make, model_kwargs", kernels(), ids=[k[0] for k in kernels()])
+def test_warmup_then_run_gives_the_draws_of_one_run(name, make, model_kwargs):
+    """``mcmc.warmup(key, ...)`` then ``mcmc.run(post_warmup_state.rng_key, ...)``, NumPyro's two-step API, gives
+    the draws of ``mcmc.run(key, ...)``: the same tuning, the same keys (up to float rounding). Except for an
+    ensemble kernel (ICSGLD), to which NumPyro hands a key split from the one passed to ``run``: its sampling
+    phase then starts where warmup stopped, with other keys."""
+    whole = MCMC(make(), num_warmup=100, num_samples=50, num_chains=2, chain_method="vectorized", progress_bar=False)
+    whole.run(jax.random.PRNGKey(1), X, Y, **model_kwargs)
+    parts = MCMC(make(), num_warmup=100, num_samples=50, num_chains=2, chain_method="vectorized", progress_bar=False)
+    parts.warmup(jax.random.PRNGKey(1), X, Y, **model_kwargs)
+    warm = np.asarray(parts.post_warmup_state.z["w"])
+    parts.run(parts.post_warmup_state.rng_key, X, Y, **model_kwargs)
+    if parts.sampler.is_ensemble_kernel:
+        draws = np.asarray(parts.get_samples(group_by_chain=True)["w"])
+        assert draws.shape == (2, 50, 4) and np.abs(draws[:, 0] - warm).max() < 0.5
+        return
+    np.testing.assert_allclose(np.asarray(parts.get_samples()["w"]), np.asarray(whole.get_samples()["w"]),
+                               rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- models NUTS runs
+def normal_1d():
+    numpyro.sample("x", dist.Normal(1.0, 2.0))
+
+
+def normal_mean_1d(y):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+    with numpyro.plate("data", y.shape[0]) as idx:
+        numpyro.sample("y", dist.Normal(mu, 1.0), obs=y[idx])
+
+
+def test_one_dimensional_models_are_sampled_exactly():
+    """A 1-d model (NUTS runs it; MCLMC's unit-norm momentum needs 2 dimensions): MILE samples it with an auxiliary
+    standard-normal coordinate that never reaches the draws. Moments within 5 Monte Carlo standard errors, with
+    the exact setting; the second model pretrains on its data plate, as the default path does."""
+    y = np.random.default_rng(0).normal(3.0, 1.0, 100).astype(np.float32)
+    post_var = 1.0 / (1.0 / 100.0 + 100.0)
+    for model, args, site, mean, var in [(normal_1d, (), "x", 1.0, 4.0),
+                                         (normal_mean_1d, (y,), "mu", y.sum() * post_var, post_var)]:
+        kernel = MILE(model, target_energy_variance=(5e-4, 5e-4), ensemble_options=dict(progress_bar=False))
+        mcmc = MCMC(kernel, num_warmup=1000, num_samples=4000, num_chains=4, chain_method="vectorized",
+                    progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(0), *args)
+        samples = mcmc.get_samples(group_by_chain=True)
+        assert list(samples) == [site]
+        draws = np.asarray(samples[site], np.float64)
+        assert draws.shape == (4, 4000)
+        check_posterior(draws[..., None], np.array([mean]), np.array([[var]]), variance_bias=0.0, z=5.0)
+        assert len(kernel.ensembles) == (1 if args else 0)
+
+
+def empty_model():
+    pass
+
+
+def all_deterministic():
+    numpyro.deterministic("x", 1.0)
+
+
+def trivial_dirichlet():  # a latent site with no unconstrained dimension
+    x = numpyro.sample("x", dist.Dirichlet(jnp.ones(1)))
+    numpyro.sample("obs", dist.Normal(x, 1.0), obs=2.0)
+
+
+@pytest.mark.parametrize("model", [empty_model, all_deterministic, trivial_dirichlet])
+def test_models_without_latent_dimensions_return_what_nuts_returns(model):
+    """NumPyro's ``test_empty_model``, ``test_all_deterministic`` and ``test_trivial_dirichlet``: MILE returns the
+    same sites and shapes as NUTS (no site for an empty model, constants otherwise); num_warmup raised from
+    NumPyro's 50 to 100, what MILE's three tuning phases need."""
+    out = {}
+    for name, kernel in [("mile", MILE(model)), ("nuts", NUTS(model))]:
+        mcmc = MCMC(kernel, num_warmup=100, num_samples=20, num_chains=2, chain_method="vectorized",
+                    progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(0))
+        out[name] = {k: np.asarray(v) for k, v in mcmc.get_samples().items()}
+    assert out["mile"].keys() == out["nuts"].keys()
+    for site, value in out["nuts"].items():
+        np.testing.assert_allclose(out["mile"][site], value)
