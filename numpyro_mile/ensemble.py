@@ -126,10 +126,10 @@ def _minibatch_failure(nll, params, data, indices, n) -> str | None:
 
 
 _FULL_BATCH_WARNING = (
-    "deep-ensemble pretraining draws minibatches by substituting row indices into the plate {plate!r}, but the "
-    "model failed on a minibatch of {batch} of its {n} rows ({reason}), so it trains full-batch instead: one Adam "
-    "step on all rows per epoch, {validation}. To train on minibatches, index the data through the plate, e.g. "
-    "`with numpyro.plate({plate!r}, N) as idx: numpyro.sample('obs', d, obs=y[idx])` (or numpyro.subsample)."
+    "To pretrain on minibatches, index the data through the plate {plate!r}, e.g. "
+    "`with numpyro.plate({plate!r}, N) as idx: numpyro.sample('obs', d, obs=y[idx])` (or numpyro.subsample). "
+    "The model failed on a minibatch of {batch} of its {n} rows ({reason}), so deep-ensemble pretraining trains "
+    "full-batch instead: one Adam step on all rows per epoch, {validation}."
 )
 
 

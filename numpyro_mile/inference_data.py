@@ -172,7 +172,9 @@ def to_inference_data(
         ``(chain, draw)``: the normalised importance weights of
         :func:`numpyro_mile.importance_weights` (final histogram), **summing to 1 over all
         chains and draws together** (not per chain), as the group's
-        ``attrs["importance_weight"]`` says. Unweighted ESS / R-hat / LOO of an ICSGLD run
+        ``attrs["importance_weight"]`` says. The kernel's end-of-run warnings (rejected steps,
+        collapsed step sizes, reset storms: ``mcmc.sampler.run_warnings``) are warned again and kept
+        in ``posterior.attrs["run_warnings"]``, one per line. Unweighted ESS / R-hat / LOO of an ICSGLD run
         describe the flattened distribution, not the posterior. When the ``bin`` extra field
         (an ICSGLD default) or ``mcmc.last_state`` is missing, a ``UserWarning`` names the
         ``extra_fields`` to pass to ``mcmc.run`` and the weights are left out.
@@ -201,8 +203,10 @@ def to_inference_data(
     if not samples:
         raise ValueError("the MCMC run has no samples; call mcmc.run first.")
     last_state = getattr(mcmc, "last_state", None)
+    run_warnings = []
     if last_state is not None and hasattr(mcmc.sampler, "run_warnings"):
-        for message in mcmc.sampler.run_warnings(last_state):
+        run_warnings = list(mcmc.sampler.run_warnings(last_state))
+        for message in run_warnings:
             warnings.warn(message, RuntimeWarning, stacklevel=2)
     chain_draw = next(iter(samples.values())).shape[:2]
 
@@ -269,6 +273,8 @@ def to_inference_data(
     if weights is not None:
         idata.sample_stats.attrs["importance_weight"] = IMPORTANCE_WEIGHT_NOTE
         idata.sample_stats["importance_weight"].attrs["note"] = IMPORTANCE_WEIGHT_NOTE
+    if run_warnings:  # what went wrong travels with the draws (a string: netCDF attributes hold no lists)
+        idata.posterior.attrs["run_warnings"] = "\n".join(run_warnings)
     return idata
 
 

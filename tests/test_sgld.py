@@ -238,7 +238,8 @@ def test_rejected_steps_are_counted_and_reported_after_the_run():
     messages = kernel.run_warnings(mcmc.last_state)
     assert len(messages) == 1 and "NaN or infinite" in messages[0] and "SGLD" in messages[0]
     with pytest.warns(RuntimeWarning, match="SGLD rejected"):
-        to_inference_data(mcmc)
+        idata = to_inference_data(mcmc)
+    assert idata.posterior.attrs["run_warnings"] == messages[0]  # the warning travels with the draws
 
 
 def test_numpy_data_indexed_through_the_plate():

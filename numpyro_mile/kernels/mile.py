@@ -264,8 +264,9 @@ class MILE(ChainKernel):
         (float32 resolves energy changes of ~1e-7 of it): chains whose step size collapsed are
         named by :meth:`run_warnings`.
 
-    Any model that NUTS accepts with continuous latent sites (at least 2 unconstrained
-    dimensions) runs: ``ImproperUniform`` + ``numpyro.factor`` targets, constrained sites,
+    Any model that NUTS accepts with continuous latent sites runs (a model with fewer than 2
+    unconstrained dimensions, even none, gets an independent standard-normal auxiliary coordinate
+    that never reaches the draws): ``ImproperUniform`` + ``numpyro.factor`` targets, constrained sites,
     observations in a plate with or without indexing through it. As with NUTS, a potential
     function can replace the model: ``MILE(potential_fn=U)`` with ``mcmc.run(key,
     init_params=...)`` samples ``exp(-U)`` in ``U``'s own space, with no pretraining.
