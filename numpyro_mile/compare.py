@@ -130,7 +130,8 @@ def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, nu
     part less one ``compile_seconds`` (NumPyro compiles each run) scales with its length,
     ``projected_samples / num_samples`` for the draws and ``projected_warmup / num_warmup`` for the
     warmup, and both with the ratio of chains each device runs one after another (``projected_chains /
-    num_chains`` for sequential chains, which cost the same each; see :func:`chains_per_device`).
+    num_chains`` for sequential chains, which cost the same each; see
+    :func:`numpyro_mile.baselines.chains_per_device`).
     After warmup the tree sizes are stationary, so the time per draw is too, up to Monte Carlo
     noise; warmup iterations cost more than draws (smaller steps while adapting), so projecting a
     short warmup is rougher. With no projection arguments ``projected_seconds == seconds``.
