@@ -1,0 +1,54 @@
+"""benchmarks/peers.py without the peers: the lock-file pins it installs and the page it writes from results."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+spec = importlib.util.spec_from_file_location("peers_bench", REPO / "benchmarks" / "peers.py")
+peers = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(peers)
+
+PIXI_LOCK = """version: 6
+environments:
+  benchmark:
+    packages:
+      linux-64:
+      - pypi: https://files.pythonhosted.org/packages/aa/jax-0.10.2-py3-none-any.whl
+  default:
+    channels:
+    - url: https://conda.anaconda.org/conda-forge/
+    packages:
+      linux-64:
+      - conda: https://conda.anaconda.org/conda-forge/linux-64/numpy-1.26.4-py312h0_0.conda
+      - pypi: https://files.pythonhosted.org/packages/bb/jax-0.7.1-py3-none-any.whl
+      - pypi: https://files.pythonhosted.org/packages/cc/jaxlib-0.7.1-cp312-cp312-manylinux_2_27_x86_64.whl
+      - pypi: https://files.pythonhosted.org/packages/dd/blackjax-1.2.2-py3-none-any.whl
+      osx-64:
+      - pypi: https://files.pythonhosted.org/packages/ee/jax-0.4.38-py3-none-any.whl
+"""
+
+
+def test_bde_pins_come_from_the_default_linux_environment(tmp_path):
+    (tmp_path / "pixi.lock").write_text(PIXI_LOCK)
+    assert peers.bde_pins(tmp_path) == ["jax==0.7.1", "jaxlib==0.7.1", "numpy==1.26.4", "blackjax==1.2.2"]
+
+
+def row(kind, seed, wall, lppd):
+    return {"implementation": kind, "seed": str(seed), "chains": "12", "warmup": "10000", "samples": "2000",
+            "thinning": "10", "devices": "2", "process_wall": str(wall + 1), "fit_wall": str(wall),
+            "fit_cpu": str(2 * wall), "compile_s": "10", "compiles": "100", "ensemble_s": "5",
+            "sampler_s": str(wall - 5), "lppd": str(lppd), "rmse": "0.2", "commit": "abc", "load_start": "1",
+            "load_end": "1"}
+
+
+def test_page_reports_ratios_per_seed_and_a_verdict_from_the_rows():
+    rows = [row("authors", s, 100.0, 0.5) for s in (1, 2)] + [row("bde", s, 40.0, 0.6) for s in (1, 2)]
+    rows += [row("ours", s, 20.0, 0.55) for s in (1, 2)] + [row("ours-quiet", s, 10.0, 0.55) for s in (1, 2)]
+    page = peers.render(rows, peers.OUT)
+    assert "| numpyro_mile (README path) | MILE authors' code | 0.20, 0.20 | 0.20 |" in page
+    assert "| numpyro_mile (README path) | scikit-learn-contrib bde | 0.50, 0.50 | 0.50 |" in page
+    assert "target (<= 0.3x each peer's wall time at equal LPPD) is missed" in page  # 0.5x bde's wall
+    assert "lower, by up to 0.050" in page  # bde's LPPD is higher
+    assert "takes 2.00x the wall time of the same run with `progress_bar=False`" in page
