@@ -30,7 +30,7 @@ def bde(
     One chain per member (``num_chains`` = leading size of ``init_params``), diagonal mass matrix,
     maximum tree depth 10 and target acceptance 0.8 by default, as in the BDE/MILE papers.
     ``chain_method="auto"`` (default) runs the chains over every local device
-    (:func:`chains_over_devices`: on a CPU, call ``numpyro.set_host_device_count(os.cpu_count())``
+    (:class:`ChainsOverDevices`: on a CPU, call ``numpyro.set_host_device_count(os.cpu_count())``
     before JAX starts to make every core a device), and one after another on a single device.
     ``"sequential"`` and ``"parallel"`` are NumPyro's; with ``"vectorized"`` NumPyro advances all
     chains in lockstep, so every iteration costs the deepest tree of any chain.
@@ -79,7 +79,7 @@ def bde_mcmc(model: Callable, num_chains: int, *, num_warmup: int = 1000, num_sa
     """The :class:`~numpyro.infer.MCMC` that :func:`bde` runs, not yet run (to time warmup and sampling apart)."""
     kernel = NUTS(model, max_tree_depth=max_tree_depth, target_accept_prob=target_accept_prob, dense_mass=dense_mass)
     if chain_method == "auto":
-        chain_method = chains_over_devices() if num_chains > 1 and jax.local_device_count() > 1 else "sequential"
+        chain_method = ChainsOverDevices() if num_chains > 1 and jax.local_device_count() > 1 else "sequential"
     with warnings.catch_warnings():  # NumPyro turns the bar off for any callable; ours keeps it (see below)
         warnings.filterwarnings("ignore", message="Disabling progress bar", category=UserWarning)
         mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
@@ -133,7 +133,3 @@ def chains_per_device(num_chains: int, chain_method) -> int:
         return 1
     return num_chains
 
-
-def chains_over_devices(devices=None) -> ChainsOverDevices:
-    """``chain_method`` that runs independent chains over every local device (:class:`ChainsOverDevices`)."""
-    return ChainsOverDevices(devices)
