@@ -87,3 +87,21 @@ def user_stacklevel() -> int:
     while frame is not None and (level == 0 or os.path.abspath(frame.f_code.co_filename).startswith(_LIBRARY_DIRS)):
         frame, level = frame.f_back, level + 1
     return max(level, 1)
+
+
+#: the start of NumPyro's own model-check warning (``numpyro.util._validate_model``)
+MISSING_PLATE = "Missing a plate statement"
+
+
+def check_plates(trace: dict) -> None:
+    """NumPyro's model check, as its kernels run it in ``initialize_model``: a batch dimension of a site inside
+    a plate that no plate declares warns "Missing a plate statement ...", here at the user's line."""
+    import warnings
+
+    from numpyro.util import _validate_model  # NumPyro's own check (private, used by initialize_model)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _validate_model(trace, plate_warning="loose")
+    for warning in caught:
+        warnings.warn(warning.message, warning.category, stacklevel=user_stacklevel())

@@ -137,3 +137,22 @@ def test_models_without_latent_dimensions_return_what_nuts_returns(model):
     assert out["mile"].keys() == out["nuts"].keys()
     for site, value in out["nuts"].items():
         np.testing.assert_allclose(out["mile"][site], value)
+
+
+def missing_plate(X, y):
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    with numpyro.plate("data", X.shape[0], dim=-2) as idx:  # y's last dimension has no plate
+        numpyro.sample("y", dist.Normal((X[idx] @ w)[:, None], 1.0).expand(y[idx].shape), obs=y[idx])
+
+
+@pytest.mark.parametrize("pretrain", [True, False])
+def test_numpyros_model_check_runs_also_when_pretraining(pretrain):
+    """NumPyro's "Missing a plate statement" warning, which NUTS gives for this model, comes from MILE whether it
+    pretrains or not, once, pointing at the user's ``mcmc.run`` line."""
+    X_, Y_ = jnp.ones((40, 2)), jnp.zeros((40, 3))
+    kernel = MILE(missing_plate, pretrain=pretrain, ensemble_options=dict(max_epochs=2, progress_bar=False))
+    mcmc = MCMC(kernel, num_warmup=100, num_samples=10, progress_bar=False)
+    with pytest.warns(UserWarning, match="Missing a plate statement") as record:
+        mcmc.run(jax.random.PRNGKey(0), X_, Y_)
+    caught = [w for w in record if "Missing a plate statement" in str(w.message)]
+    assert len(caught) == 1 and caught[0].filename == __file__

@@ -9,6 +9,7 @@ the Sampling of Bayesian Neural Networks", ICLR 2025.
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 from typing import Callable, NamedTuple
 
@@ -25,7 +26,7 @@ from numpyro.util import is_prng_key
 from .. import _model_utils as mu
 from .. import _programs
 from .._arrays import chain_mesh_of, default_chain_sharding, place_chains
-from .._validation import is_concrete
+from .._validation import MISSING_PLATE, check_plates, is_concrete
 from ..ensemble import DeepEnsemble, fit_members, pretraining_plate
 from . import _mclmc as mclmc
 from ._base import ChainKernel, over_chains
@@ -462,6 +463,7 @@ class MILE(ChainKernel):
         trace = mu.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
         mu.check_continuous(trace, "MILE")
         mu.check_full_batch(trace, "MILE")
+        check_plates(trace)  # NumPyro's own check, whichever way the chains start
         model = self._model
         latent_dim = sum(int(np.prod(shape)) for shape in mu.unconstrained_shapes(trace).values())
         num_auxiliary = max(0, 2 - latent_dim)
@@ -486,10 +488,12 @@ class MILE(ChainKernel):
                     self.ensembles.append(ensemble)
                 init_params = ensemble.init_params
             else:
-                init_params = initialize_model(
-                    init_keys if batched else init_keys[0], self._model, init_strategy=self.init_strategy,
-                    model_args=model_args, model_kwargs=model_kwargs,
-                ).param_info.z
+                with warnings.catch_warnings():  # checked above, at the user's line
+                    warnings.filterwarnings("ignore", message=MISSING_PLATE)
+                    init_params = initialize_model(
+                        init_keys if batched else init_keys[0], self._model, init_strategy=self.init_strategy,
+                        model_args=model_args, model_kwargs=model_kwargs,
+                    ).param_info.z
                 if not batched:
                     init_params = jax.tree.map(lambda x: x[None], init_params)
                 if self.map_steps > 0 and latent_dim > 0:
