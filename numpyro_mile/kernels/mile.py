@@ -497,7 +497,7 @@ class MILE(ChainKernel):
                 if not batched:
                     init_params = jax.tree.map(lambda x: x[None], init_params)
                 if self.map_steps > 0 and latent_dim > 0:
-                    potential_fn = partial(potential_energy, model, model_args, model_kwargs)
+                    potential_fn = model_potential(model, model_args, model_kwargs)  # before the auxiliary joins
                     init_params = jax.vmap(self._map_optimise, (0, None))(init_params, potential_fn)
         else:
             init_params = self._check_init_params(init_params, trace, num_chains)
