@@ -91,7 +91,10 @@ def run_one(dataset: str, seed: int, profile: dict, args, csv_path: Path, done: 
     from numpyro_mile.compare import run_bde, run_de, run_mile
     from numpyro_mile.models import mlp_regression
 
-    methods = ["DE", "MILE"] + [f"BDE-w{w}-{m}" for w in profile["bde_warmups"] for m in args.bde_chain_methods]
+    bar = "+bar" if args.progress_bar else ""  # rows run with NumPyro's progress bar are labelled apart
+    methods = [m for m in ["DE", f"MILE{bar}"] + [f"BDE-w{w}-{m}{bar}" for w in profile["bde_warmups"]
+                                                  for m in args.bde_chain_methods]
+               if m.split("-")[0].split("+")[0] in args.methods]
     todo = [m for m in methods if (dataset, str(seed), m) not in done]
     if not todo:
         print(f"[{dataset} seed {seed}] all done, skipped", file=sys.stderr)
@@ -128,21 +131,24 @@ def run_one(dataset: str, seed: int, profile: dict, args, csv_path: Path, done: 
 
     if "DE" in todo:
         record(run_de(mlp_regression, de, *test), "members")
-    if "MILE" in todo:
+    if f"MILE{bar}" in todo:
         steps = profile.get("mile_projected_steps")
         r = run_mile(mlp_regression, de, train, *test, rng_key=key_mile, num_warmup=profile["mile_warmup"],
-                     num_samples=profile["mile_samples"], thinning=profile["thinning"], projected_steps=steps)
+                     num_samples=profile["mile_samples"], thinning=profile["thinning"], projected_steps=steps,
+                     progress_bar=args.progress_bar)
+        r = r._replace(method=f"{r.method}{bar}")
         record(r, f"{profile['mile_warmup']}+{profile['mile_samples']}/{profile['thinning']}"
                + (f" (projected to {steps} steps)" if steps else ""))
     bde_chains = profile.get("bde_chains", profile["chains"])
     bde_members = de._replace(init_params=jax.tree.map(lambda x: x[:bde_chains], de.init_params))
     for w in profile["bde_warmups"]:
         for method in args.bde_chain_methods:
-            label = f"BDE-w{w}-{method}"
+            label = f"BDE-w{w}-{method}{bar}"
             if label in todo:
                 draws, warm = profile.get("bde_projected_samples"), profile.get("bde_projected_warmup")
                 r = run_bde(mlp_regression, bde_members, train, *test, rng_key=key_bde, num_warmup=w,
                             num_samples=profile["bde_samples"], chain_method=method, label=label,
+                            progress_bar=args.progress_bar,
                             projected_samples=draws, projected_warmup=warm, projected_chains=profile["chains"])
                 budget = f"{w}+{profile['bde_samples']}"
                 if bde_chains != profile["chains"]:
@@ -171,12 +177,16 @@ def _projected_cpu(rows: list[dict]) -> np.ndarray:
 
 
 def targets(groups: dict[tuple[str, str], list[dict]]) -> list[str]:
-    """The paper's claims per dataset, checked against the first BDE variant present (seeds matched)."""
+    """The paper's claims per dataset, for every MILE row variant against every BDE variant present (seeds
+    matched)."""
     rows = []
     for dataset in sorted({d for d, _ in groups}):
-        mile, de = groups.get((dataset, "MILE")), groups.get((dataset, "DE"))
-        for method in sorted(m for d, m in groups if d == dataset and m.startswith("BDE")):
-            bde = groups[(dataset, method)]
+        de = groups.get((dataset, "DE"))
+        pairs = [(m, b) for m in sorted(m for d, m in groups if d == dataset and m.startswith("MILE"))
+                 for b in sorted(b for d, b in groups if d == dataset and b.startswith("BDE"))]
+        for mile_method, method in pairs:
+            mile, bde = groups[(dataset, mile_method)], groups[(dataset, method)]
+            variant = f"{method} vs {mile_method}"
             seeds = sorted({r["seed"] for r in mile or []} & {r["seed"] for r in bde} & {r["seed"] for r in de or []})
             if not seeds:
                 continue
@@ -193,7 +203,7 @@ def targets(groups: dict[tuple[str, str], list[dict]]) -> list[str]:
             wall = projected.mean() / mile_projected.mean()
             cpu_b, cpu_m = _projected_cpu(b), _projected_cpu(m)
             cpu = cpu_b.mean() / cpu_m.mean() if np.all(np.isfinite(cpu_b)) and np.all(np.isfinite(cpu_m)) else np.nan
-            rows.append([dataset, f"{method} (seeds {', '.join(seeds)})", ok(np.all(lppd_m >= _values(e, "lppd"))),
+            rows.append([dataset, f"{variant} (seeds {', '.join(seeds)})", ok(np.all(lppd_m >= _values(e, "lppd"))),
                          ok(rmse_m.mean() <= rmse_b.mean() + max(sd(rmse_m), sd(rmse_b))),
                          ok(lppd_m.mean() >= lppd_b.mean() - max(sd(lppd_m), sd(lppd_b))),
                          f"{wall:.1f}; {cpu:.1f}{'' if np.isfinite(cpu) else ' (BDE not projected)'}",
@@ -312,6 +322,11 @@ def main(argv=None) -> int:
     parser.add_argument("--bde-chain-methods", nargs="+", default=["auto"],
                         choices=["auto", "sequential", "vectorized"],
                         help="BDE's chain_method; auto (default): chains over every core, as numpyro_mile.bde runs them")
+    parser.add_argument("--progress-bar", action="store_true",
+                        help="run the samplers with NumPyro's progress bar, as its default is (rows labelled '+bar'); "
+                             "without it the bars are off, as the existing pages were measured")
+    parser.add_argument("--methods", nargs="+", default=["DE", "MILE", "BDE"], choices=["DE", "MILE", "BDE"],
+                        help="which methods to run (default: all)")
     add_common_options(parser, out_dir=ROOT / "docs" / "benchmarks" / "uci")
     parser.add_argument("--projection-of", default=None,
                         help="a results folder whose projected times this run's full-budget times check")
