@@ -2,7 +2,7 @@
 
 Usage (``peers.py`` does this; ``ARGS.json`` holds the run's settings)::
 
-    VENV/bin/python benchmarks/_peer_drivers.py {split,authors,bde,ours} ARGS.json
+    VENV/bin/python benchmarks/_peer_drivers.py {split,authors,bde,ours,authors_sampler} ARGS.json
 
 Each driver starts its clocks on its first line, before JAX or the implementation is imported, and stops them
 when the fitted posterior (deep ensemble + warmup + sampling) is in memory: ``fit_wall`` and ``fit_cpu``
@@ -27,7 +27,11 @@ The three drivers, each configured as its documentation says:
 - ``ours``: the README's path: ``numpyro.set_host_device_count(devices)``, then
   ``MCMC(MILE(mlp_regression), ..., chain_method="vectorized")`` with NumPyro's progress bar as it defaults,
   pretraining its own ensemble with the split's validation rows for early stopping. ``progress_bar`` in
-  ARGS.json (a second row, not the headline) sets NumPyro's bar explicitly.
+  ARGS.json (a second row, not the headline) sets NumPyro's bar explicitly. It saves its deep ensemble's members to
+  ``WORKDIR/ensemble.npz``; with ``init_from`` (a folder of the authors' warmstart parameter files) it starts from
+  the authors' ensemble instead of training its own (``ours-authors-ensemble``).
+- ``authors_sampler``: the authors' tuning and sampling code started from numpyro_mile's ensemble (``init``), so
+  that the two samplers can be compared from one ensemble (``authors-sampler``).
 """
 
 from __future__ import annotations
@@ -186,16 +190,21 @@ def ours(args: dict) -> dict:
     from numpyro_mile.models import mlp_regression
 
     split = np.load(args["split"])
+    init_params = authors_members(args["init_from"]) if args.get("init_from") else None
     kernel = MILE(mlp_regression, ensemble_options=dict(validation=(split["valid_x"], split["valid_y"])))
     mcmc = MCMC(kernel, num_warmup=int(args["warmup"]), num_samples=int(args["samples"]),
                 thinning=int(args["thinning"]), num_chains=int(args["chains"]), chain_method="vectorized")
     if args.get("progress_bar") is not None:
         mcmc.progress_bar = bool(args["progress_bar"])
     run_start = time.perf_counter()
-    mcmc.run(jax.random.PRNGKey(int(args["seed"])), split["train_x"], split["train_y"], hidden=tuple(HIDDEN))
+    mcmc.run(jax.random.PRNGKey(int(args["seed"])), split["train_x"], split["train_y"], hidden=tuple(HIDDEN),
+             init_params=init_params)
     samples = jax.block_until_ready(mcmc.get_samples())
     out = fit_clock()
-    ensemble_s = kernel.ensembles[-1].fit_seconds
+    ensemble_s = kernel.ensembles[-1].fit_seconds if kernel.ensembles else 0.0
+    if kernel.ensembles:  # the members, for the authors' sampler from our ensemble (``authors_sampler``)
+        np.savez(Path(args["workdir"]) / "ensemble.npz",
+                 **{k: np.asarray(v) for k, v in kernel.ensembles[-1].init_params.items()})
     out.update(compile_s=compiled["seconds"], compiles=compiled["count"], ensemble_s=ensemble_s,
                sampler_s=time.perf_counter() - run_start - ensemble_s)
 
@@ -207,7 +216,77 @@ def ours(args: dict) -> dict:
     return out
 
 
+def authors_members(folder: str) -> dict:
+    """The authors' deep ensemble of a run (their warmstart ``params_<member>.npz`` files in ``folder``) as
+    ``mlp_regression``'s ``init_params``: ``w<i>``/``b<i>`` with a leading member axis."""
+    import numpy as np
+
+    files = sorted(Path(folder).glob("params_*.npz"), key=lambda f: int(f.stem.split("_")[1]))
+    members = [np.load(f) for f in files]
+    return {f"{short}{i}": np.stack([m[f"fcn.layer{i}.{long}"] for m in members])
+            for i in range(len(HIDDEN) + 1) for short, long in (("w", "kernel"), ("b", "bias"))}
+
+
+def authors_sampler(args: dict) -> dict:
+    """The authors' tuning and sampling code started from numpyro_mile's deep ensemble of the same seed
+    (``ARGS["init"]``, saved by the ``ours`` run): their trainer's log posterior (network, prior, likelihood,
+    training rows), their ``custom_mclmc_warmup`` with their config's settings, then BlackJAX's MCLMC at the tuned
+    step size and L for the sampling steps, thinned; the chains vmapped on one device (its times are not a
+    user's run and are not compared)."""
+    work = authors_config(args).parent
+    compiled = compile_listener()
+    import blackjax
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from src.config.core import Config
+    from src.training.trainer import BDETrainer
+    from src.training.warmup import custom_mclmc_warmup
+
+    cfg = Config.from_file(work / "config.yaml")
+    trainer, s = BDETrainer(cfg), cfg.training.sampler
+    loader = trainer.loader
+
+    def log_post(position):
+        return trainer.prob_model.log_unnormalized_posterior(position, x=loader.train_x, y=loader.train_y)
+
+    members = np.load(args["init"])
+    init = {"fcn": {f"layer{i}": {"kernel": jnp.asarray(members[f"w{i}"]), "bias": jnp.asarray(members[f"b{i}"])}
+                    for i in range(len(HIDDEN) + 1)}}
+    warmup = custom_mclmc_warmup(log_post, diagonal_preconditioning=s.diagonal_preconditioning,
+                                 desired_energy_var_start=s.desired_energy_var_start,
+                                 desired_energy_var_end=s.desired_energy_var_end,
+                                 trust_in_estimate=s.trust_in_estimate,
+                                 num_effective_samples=s.num_effective_samples, step_size_init=s.step_size_init)
+    thin = int(args["thinning"])
+
+    def chain(key, position):
+        warm_key, sample_key = jax.random.split(key)
+        state, params = warmup.run(warm_key, position, int(args["warmup"]))
+        sampler = blackjax.mclmc(log_post, L=params.L, step_size=params.step_size)
+
+        def one(state, step_key):
+            state, _ = sampler.step(step_key, state)
+            return state, state.position
+
+        _, draws = jax.lax.scan(one, state, jax.random.split(sample_key, int(args["samples"])))
+        return jax.tree_util.tree_map(lambda d: d[thin - 1::thin], draws), params.step_size, params.L
+
+    keys = jax.random.split(jax.random.PRNGKey(int(args["seed"])), int(args["chains"]))
+    draws, step_size, L = jax.block_until_ready(jax.jit(jax.vmap(chain))(keys, init))
+    out = fit_clock()
+    out.update(compile_s=compiled["seconds"], compiles=compiled["count"], ensemble_s=0.0,
+               sampler_s=out["fit_wall"], step_size=float(jnp.mean(step_size)), L=float(jnp.mean(L)))
+    module = cfg.get_flax_model()
+    flat = jax.tree_util.tree_map(lambda d: d.reshape((-1,) + d.shape[2:]), draws)
+    raw = np.asarray(jax.vmap(lambda p: module.apply({"params": p}, loader.test_x))(flat))
+    np.savez(work / "predictions.npz", mu=raw[..., 0], sigma=np.asarray(jnp.exp(raw[..., 1]).clip(1e-6, 1e6)),
+             y=np.asarray(loader.test_y))
+    return out
+
+
 if __name__ == "__main__":
     which, path = sys.argv[1], sys.argv[2]
-    result = {"split": split, "authors": authors, "bde": bde, "ours": ours}[which](json.loads(Path(path).read_text()))
+    result = {"split": split, "authors": authors, "bde": bde, "ours": ours,
+              "authors_sampler": authors_sampler}[which](json.loads(Path(path).read_text()))
     print("RESULT " + json.dumps(result), flush=True)

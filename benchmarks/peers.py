@@ -8,6 +8,9 @@ NumPyro's ``set_host_device_count``) and keeps its progress bars. The split is t
 full-data standardisation, a permutation from the seed, 70/10/20); ``bde`` and numpyro_mile receive it as arrays.
 Each run is one fresh Python process, run one after another, never side by side, in the order authors, bde,
 ours, then ours again with ``progress_bar=False`` (a second row: what NumPyro's bar costs) per seed; ``benchmarks/_peer_drivers.py`` is what each process runs (it says what is timed).
+Two cross runs per seed locate an LPPD gap: the authors' tuning and sampling code from our deep ensemble (``authors-sampler``) and
+our MILE from the authors' ensemble (``ours-authors-ensemble``), each from the ensemble of the same seed's
+run in the same invocation; they are not timed against the others.
 
 Neither peer is on the package index, and no third-party code enters this repository: the script takes paths
 to checkouts and gives each its own virtualenv under ``--venvs``, built once with its pinned requirements:
@@ -41,9 +44,15 @@ from _common import (ROOT, add_common_options, argument_parser, load_average, ma
 OUT = ROOT / "docs" / "benchmarks" / "peers"
 PAGE = ROOT / "docs" / "benchmarks" / "peers.md"
 DRIVER = Path(__file__).resolve().parent / "_peer_drivers.py"
-IMPLEMENTATIONS = ("authors", "bde", "ours", "ours-quiet")
+IMPLEMENTATIONS = ("authors", "bde", "ours", "ours-quiet", "authors-sampler", "ours-authors-ensemble")
+#: the users' runs, timed and compared; the others cross ensembles and samplers to locate an LPPD gap
+TIMED = IMPLEMENTATIONS[:4]
 LABELS = {"authors": "MILE authors' code", "bde": "scikit-learn-contrib bde", "ours": "numpyro_mile (README path)",
-          "ours-quiet": "numpyro_mile, progress_bar=False (second row)"}
+          "ours-quiet": "numpyro_mile, progress_bar=False (second row)",
+          "authors-sampler": "the authors' tuning + sampling code from numpyro_mile's ensemble",
+          "ours-authors-ensemble": "numpyro_mile's MILE from the authors' ensemble"}
+#: where a cross run takes its ensemble from: the run of that kind in the same invocation
+ENSEMBLE_OF = {"authors-sampler": "ours", "ours-authors-ensemble": "authors"}
 FIELDS = ["implementation", "seed", "chains", "warmup", "samples", "thinning", "devices", "process_wall",
           "fit_wall", "fit_cpu", "compile_s", "compiles", "ensemble_s", "sampler_s", "lppd", "rmse", "commit",
           "load_start", "load_end"]
@@ -120,8 +129,21 @@ def run_one(kind: str, python: Path, settings: dict, work: Path) -> dict:
     """One implementation's run in a fresh process (``ours-quiet``: ours with ``progress_bar=False``), scored."""
     work.mkdir(parents=True, exist_ok=True)
     args = dict(settings, workdir=str(work))
+    label = kind
     if kind == "ours-quiet":
         kind, args["progress_bar"] = "ours", False
+    if kind in ENSEMBLE_OF:  # a cross run: the ensemble of another kind's run of this seed, in this invocation
+        source = work.parent / ENSEMBLE_OF[kind]
+        if kind == "authors-sampler":
+            kind, args["init"] = "authors_sampler", str(source / "ensemble.npz")
+            found = (source / "ensemble.npz").exists()
+        else:
+            kind = "ours"
+            args["init_from"] = str(source / "results" / f"mclmc_seed{settings['seed']}" / "warmstart")
+            found = Path(args["init_from"]).is_dir()
+        if not found:
+            raise RuntimeError(f"{label} needs the {ENSEMBLE_OF[label]} run of the same invocation: "
+                               f"add {ENSEMBLE_OF[label]} to --only")
     (work / "args.json").write_text(json.dumps(args))
     load_start, start = load_average(), time.perf_counter()
     with (work / "stderr.log").open("w") as err:
@@ -136,7 +158,7 @@ def run_one(kind: str, python: Path, settings: dict, work: Path) -> dict:
     result = json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1][len("RESULT "):])
     lppd_value, rmse_value = score(work / "predictions.npz")
     return {**{k: settings[k] for k in ("seed", "chains", "warmup", "samples", "thinning", "devices")},
-            "implementation": "ours-quiet" if args.get("progress_bar") is False else kind, "process_wall": wall, **result, "lppd": lppd_value, "rmse": rmse_value,
+            "implementation": label, "process_wall": wall, **result, "lppd": lppd_value, "rmse": rmse_value,
             "load_start": load_start, "load_end": load_average()}
 
 
@@ -149,7 +171,7 @@ def mean(values) -> float:
 def render(rows: list[dict], out: Path) -> str:
     seeds = sorted({int(r["seed"]) for r in rows})
     by = {(r["implementation"], int(r["seed"])): r for r in rows}
-    present = [k for k in IMPLEMENTATIONS if any(r["implementation"] == k for r in rows)]
+    present = [k for k in TIMED if any(r["implementation"] == k for r in rows)]
     first = rows[0]
     table = []
     for kind in present:
@@ -231,12 +253,50 @@ def reading(by: dict, seeds: list[int]) -> list[str]:
     peers = [k for k in ("authors", "bde") if any((k, s) in by for s in seeds)]
     gaps = [float(by[("ours", s)]["lppd"]) - float(by[(k, s)]["lppd"]) for k in peers for s in seeds
             if ("ours", s) in by and (k, s) in by]
-    if gaps and max(gaps) < 0:
+    crossed = cross_table(by, seeds)
+    if crossed:
+        lines += ["", *crossed]
+    elif gaps and max(gaps) < 0:
         lines += ["", "Test LPPD: numpyro_mile is below both peers on every seed at this budget (differences in the "
-                  "table above). The authors' ensemble and ours train for a similar number of epochs (checked once, "
-                  "seed 1) and all three tune with the same three-phase scheme; what causes the gap is not established yet. At the paper's "
-                  "budget (50,000 + 10,000 steps) see `uci_paper/results.md`."]
+                  "table above); the cross runs (`--only authors ours authors-sampler ours-authors-ensemble`) "
+                  "say whether the ensemble or the sampler makes the gap. At the paper's budget (50,000 + 10,000 "
+                  "steps) see `uci_paper/results.md`."]
     return lines
+
+
+#: (ensemble, sampler) -> the kind whose rows hold that combination
+CROSS = {("ours", "ours"): "ours", ("ours", "authors"): "authors-sampler",
+         ("authors", "authors"): "authors", ("authors", "ours"): "ours-authors-ensemble"}
+
+
+def cross_table(by: dict, seeds: list[int]) -> list[str]:
+    """Test LPPD of each (deep ensemble, sampler) combination, per seed and mean, and what differs: the cross
+    runs start one implementation's sampler from the other's ensemble of the same seed."""
+    complete = [s for s in seeds if all((kind, s) in by for kind in CROSS.values())]
+    if not complete:
+        return []
+
+    def lppd(ensemble, sampler, group=complete):
+        return [float(by[(CROSS[(ensemble, sampler)], s)]["lppd"]) for s in group]
+
+    names = {"ours": "numpyro_mile's", "authors": "the authors'"}
+    rows = [[f"{names[e]} ensemble", *(", ".join(f"{v:.3f}" for v in lppd(e, m)) + f" (mean {mean(lppd(e, m)):.3f})"
+                                       for m in ("ours", "authors"))] for e in ("ours", "authors")]
+    sampler_effect = [o - a for e in ("ours", "authors") for o, a in zip(lppd(e, "ours"), lppd(e, "authors"))]
+    ensemble_effect = [o - a for m in ("ours", "authors") for o, a in zip(lppd("ours", m), lppd("authors", m))]
+    return [
+        f"Where the LPPD gap comes from (seeds {', '.join(map(str, complete))}): each sampler started from each "
+        "implementation's deep ensemble of the same seed (the cross runs: `authors-sampler` is the authors' tuning "
+        "and sampling code from our members, `ours-authors-ensemble` our MILE from their members; their times are "
+        "not a user's run and are left out above). Test LPPD per seed:",
+        "",
+        *markdown_table(["ensemble", "numpyro_mile's sampler", "the authors' sampler"], rows, "lll", compact=True),
+        "",
+        f"Our sampler minus theirs, from the same ensemble: {statistics.fmean(sampler_effect):+.3f} on average "
+        f"(from {min(sampler_effect):+.3f} to {max(sampler_effect):+.3f}); our ensemble minus theirs, under the same "
+        f"sampler: {statistics.fmean(ensemble_effect):+.3f} (from {min(ensemble_effect):+.3f} to "
+        f"{max(ensemble_effect):+.3f}).",
+    ]
 
 
 def verdict(ratio_rows: list[list]) -> list[str]:
@@ -276,9 +336,11 @@ def main(argv=None) -> None:
         if args.authors is None:
             parser.error("--authors CHECKOUT is needed: the authors' data loader makes the split everyone uses")
         pythons = {"authors": environment("authors", args.authors, args.venvs), "ours": Path(sys.executable),
-                   "ours-quiet": Path(sys.executable)}
+                   "ours-quiet": Path(sys.executable), "ours-authors-ensemble": Path(sys.executable)}
+        pythons["authors-sampler"] = pythons["authors"]
         pythons["split"] = pythons["authors"]
-        checkouts = {"authors": args.authors, "bde": args.bde, "ours": ROOT, "ours-quiet": ROOT}
+        checkouts = {"authors": args.authors, "bde": args.bde, "ours": ROOT, "ours-quiet": ROOT,
+                     "authors-sampler": args.authors, "ours-authors-ensemble": ROOT}
         if "bde" in args.only:
             if args.bde is None:
                 parser.error("--bde CHECKOUT is needed (or leave bde out with --only)")

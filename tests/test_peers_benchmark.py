@@ -52,3 +52,16 @@ def test_page_reports_ratios_per_seed_and_a_verdict_from_the_rows():
     assert "target (<= 0.3x each peer's wall time at equal LPPD) is missed" in page  # 0.5x bde's wall
     assert "lower, by up to 0.050" in page  # bde's LPPD is higher
     assert "takes 2.00x the wall time of the same run with `progress_bar=False`" in page
+
+
+def test_cross_runs_say_whether_the_ensemble_or_the_sampler_makes_the_lppd_gap():
+    """The cross runs (one implementation's sampler from the other's ensemble) give the 2x2 table and the two
+    effects, from the rows; they stay out of the timed table."""
+    lppd = {"ours": 0.50, "authors-sampler": 0.52, "authors": 0.58, "ours-authors-ensemble": 0.56}
+    rows = [row(kind, s, 20.0, value + 0.01 * s) for kind, value in lppd.items() for s in (1, 2)]
+    page = peers.render(rows, peers.OUT)
+    assert "| numpyro_mile's ensemble | 0.510, 0.520 (mean 0.515) | 0.530, 0.540 (mean 0.535) |" in page
+    assert "| the authors' ensemble | 0.570, 0.580 (mean 0.575) | 0.590, 0.600 (mean 0.595) |" in page
+    assert "Our sampler minus theirs, from the same ensemble: -0.020 on average" in page
+    assert "our ensemble minus theirs, under the same sampler: -0.060" in page
+    assert "authors' tuning + sampling code" not in page.split("Where the LPPD gap")[0]  # not a timed row
