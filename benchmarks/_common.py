@@ -361,3 +361,13 @@ def append_csv(path: str | os.PathLike, rows: list[dict], fields: Sequence[str],
         if new:
             writer.writeheader()
         writer.writerows(_csv_row(r, fields, float_format) for r in rows)
+
+
+def commands(out: Path, command: str | None = None) -> list[str]:
+    """The commands that wrote ``out/results.csv`` (``out/commands.txt``, in order; ``command`` appended if new)."""
+    path = out / "commands.txt"
+    known = path.read_text().splitlines() if path.exists() else []
+    if command and command not in known:
+        known.append(command)
+        path.write_text("\n".join(known) + "\n")
+    return known

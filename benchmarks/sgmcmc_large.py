@@ -41,7 +41,8 @@ import numpy as np
 
 if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (ROOT, Stopwatch, add_common_options, append_csv, argument_parser, command_line, data_dir,
+from _common import (ROOT, Stopwatch, add_common_options, append_csv, argument_parser, command_line, commands,
+                     data_dir,
                      load_average, machine_lines, machine_summary, markdown_table, pyplot, read_csv)
 
 OUT = ROOT / "docs" / "benchmarks" / "sgmcmc_large"
@@ -173,16 +174,6 @@ def _target_line(rows, dataset: str, seeds) -> str | None:
     return (f"MILE - pSMILE LPPD {gap:+.3f} ({'met' if gap <= 0.05 else 'missed'}: <= 0.05); "
             f"pSMILE - DE {lppd['pSMILE'] - lppd['DE']:+.3f} ({'met' if lppd['pSMILE'] > lppd['DE'] else 'missed'}); "
             f"time pSMILE / MILE {ratio:.2f} ({'met' if ratio <= 0.2 else 'missed'}: <= 0.2)")
-
-
-def commands(out: Path, command: str | None = None) -> list[str]:
-    """The commands that wrote ``out/results.csv`` (``out/commands.txt``, in order; ``command`` appended if new)."""
-    path = out / "commands.txt"
-    known = path.read_text().splitlines() if path.exists() else []
-    if command and command not in known:
-        known.append(command)
-        path.write_text("\n".join(known) + "\n")
-    return known
 
 
 def render(out: Path, command: str, profile_name: str = "full") -> str:
