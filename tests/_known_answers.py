@@ -8,7 +8,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from numpyro_mile.diagnostics import ess
+from _stats import moment_errors
 
 REG_N, REG_D, REG_PRIOR, REG_NOISE = 10_000, 4, 10.0, 1.0
 REG_WEIGHTS = np.array([1.0, -2.0, 0.5, 0.0])
@@ -40,25 +40,12 @@ def conjugate_regression(design: str = "gaussian", n: int = REG_N):
 def check_posterior(draws, mean, cov, *, variance_bias: float, z: float = 5.0, weights=None):
     """Assert every coordinate's mean within ``z`` Monte Carlo standard errors of ``mean`` and its variance
     ratio (draws' mean squared deviation from the true mean over the true variance) within
-    ``variance_bias + z`` standard errors of 1. Standard errors use the ESS of the draws and of their squared
-    deviations. ``draws``: ``(chains, num_draws, d)``; ``weights`` (optional, ``(chains, num_draws)``,
-    normalised over all draws): importance weights, whose effective size ``1 / sum w^2`` scales the ESS down.
-    Returns the variance ratios ``(d,)``."""
-    draws = np.asarray(draws, np.float64)
-    ratios = []
-    for j in range(draws.shape[-1]):
-        x, sq = draws[..., j], (draws[..., j] - mean[j]) ** 2
-        ess_x, ess_sq = float(ess(x)), float(ess(sq))
-        if weights is None:
-            m, ratio, spread = x.mean(), sq.mean() / cov[j, j], sq.std()
-        else:
-            w = np.asarray(weights, np.float64)
-            shrink = 1.0 / (np.sum(w**2) * w.size)  # Kish's effective size over the number of draws
-            ess_x, ess_sq = ess_x * shrink, ess_sq * shrink
-            m, ratio = np.sum(w * x), np.sum(w * sq) / cov[j, j]
-            spread = np.sqrt(np.sum(w * (sq - np.sum(w * sq)) ** 2))
-        assert abs(m - mean[j]) < z * np.sqrt(cov[j, j] / ess_x), (j, m, mean[j], ess_x)
-        se_ratio = spread / np.sqrt(ess_sq) / cov[j, j]
-        assert abs(ratio - 1.0) < variance_bias + z * se_ratio, (j, ratio, se_ratio)
-        ratios.append(ratio)
-    return np.array(ratios)
+    ``variance_bias + z`` standard errors of 1 (:func:`_stats.moment_errors`; ``weights``: importance weights).
+    ``draws``: ``(chains, num_draws, d)``. Returns the variance ratios ``(d,)``."""
+    var = np.diag(cov)
+    errors = moment_errors(draws, mean, var, weights)
+    ratios, se_ratios = 1.0 + errors.var / var, errors.se_var / var
+    for j in range(len(var)):
+        assert abs(errors.mean[j]) < z * errors.se_mean[j], (j, errors.mean[j] + mean[j], mean[j], errors.se_mean[j])
+        assert abs(ratios[j] - 1.0) < variance_bias + z * se_ratios[j], (j, ratios[j], se_ratios[j])
+    return ratios

@@ -13,7 +13,7 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC
-from test_mile import check_moments as check_vector_moments
+from _stats import check_moments
 
 from numpyro_mile import ICSGLD, MILE, SGLD
 from numpyro_mile.diagnostics import ess
@@ -66,14 +66,6 @@ CONSTRAINED_EXACT = {  # (mean, variance)
     "d": (ALPHA / 6, ALPHA * (6 - ALPHA) / (36 * 7)),
     "h": (2 * np.sqrt(2 / np.pi), 4 * (1 - 2 / np.pi)),
 }
-
-
-def check_moments(samples, mean, var):
-    """``check_vector_moments`` for a site of any shape: (chains, draws, *shape)."""
-    samples = np.asarray(samples)
-    flat = samples.reshape(samples.shape[:2] + (-1,))
-    return check_vector_moments(flat, np.ravel(np.broadcast_to(mean, samples.shape[2:])),
-                                np.ravel(np.broadcast_to(var, samples.shape[2:])))
 
 
 def run_mile(model, *args, num_warmup=2000, num_samples=10_000, num_chains=4, init_params=None, **kernel_kwargs):

@@ -15,28 +15,11 @@ from numpyro.infer import MCMC
 
 from numpyro_mile import MILE, deep_ensemble
 from numpyro_mile.datasets import toy_regression
-from numpyro_mile.diagnostics import ess
 from numpyro_mile.models import mlp_regression
 
+from _stats import check_moments
+
 Z = 5.0  # tolerance in Monte Carlo standard errors (many coordinates are checked at once)
-
-
-def check_moments(samples, true_mean, true_var, z=Z):
-    """Assert sample mean and variance of every coordinate within z Monte Carlo standard errors.
-
-    ``samples``: (chains, draws, d). The standard error of the mean uses the ESS of x, that of the
-    variance the ESS of (x - mean)^2 and the variance of (x - mean)^2 estimated from the samples.
-    """
-    samples = np.asarray(samples, dtype=np.float64)
-    mean = samples.mean((0, 1))
-    sq = (samples - true_mean) ** 2
-    var = sq.mean((0, 1))
-    ess_x, ess_sq = np.asarray(ess(samples)), np.asarray(ess(sq))
-    z_mean = (mean - true_mean) / np.sqrt(true_var / ess_x)
-    z_var = (var - true_var) / np.sqrt(sq.reshape(-1, sq.shape[-1]).var(0) / ess_sq)
-    assert np.all(np.abs(z_mean) < z), f"means off by {np.abs(z_mean).max():.1f} standard errors"
-    assert np.all(np.abs(z_var) < z), f"variances off by {np.abs(z_var).max():.1f} standard errors"
-    return z_mean, z_var
 
 
 def run(model, *args, num_warmup, num_samples, num_chains=4, seed=0, extra_fields=(), chain_method="vectorized",

@@ -156,3 +156,24 @@ def test_numpyros_model_check_runs_also_when_pretraining(pretrain):
         mcmc.run(jax.random.PRNGKey(0), X_, Y_)
     caught = [w for w in record if "Missing a plate statement" in str(w.message)]
     assert len(caught) == 1 and caught[0].filename == __file__
+
+
+def missing_plate_subsampled(X, y, subsample_size=None):
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    with numpyro.plate("data", X.shape[0], subsample_size=subsample_size, dim=-2) as idx:  # y's last axis: no plate
+        numpyro.sample("y", dist.Normal((X[idx] @ w)[:, None], 1.0).expand(y[idx].shape), obs=y[idx])
+
+
+@pytest.mark.parametrize("name", ["SMILE", "SGLD", "ICSGLD"])
+def test_numpyros_model_check_runs_for_minibatch_kernels(name):
+    """The same check for the minibatch kernels, on a subsampled plate: the warning points at the user's line."""
+    X_, Y_ = jnp.ones((40, 2)), jnp.zeros((40, 3))
+    kernel = {"SMILE": lambda: SMILE(missing_plate_subsampled, pretrain=False),
+              "SGLD": lambda: SGLD(missing_plate_subsampled, 1e-4),
+              "ICSGLD": lambda: ICSGLD(missing_plate_subsampled, 1e-4, zeta=1.0, num_bins=10, bin_width=10.0,
+                                        min_energy=0.0)}[name]()
+    mcmc = MCMC(kernel, num_warmup=100, num_samples=10, num_chains=2, chain_method="vectorized", progress_bar=False)
+    with pytest.warns(UserWarning, match="Missing a plate statement") as record:
+        mcmc.run(jax.random.PRNGKey(0), X_, Y_, subsample_size=10)
+    caught = [w for w in record if "Missing a plate statement" in str(w.message)]
+    assert caught and all(w.filename == __file__ for w in caught)

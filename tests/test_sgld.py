@@ -13,11 +13,12 @@ import pytest
 from numpyro.infer import MCMC, init_to_uniform
 
 from numpyro_mile import to_inference_data
-from numpyro_mile.diagnostics import ess
 from numpyro_mile.kernels.sgld import SGLD, polynomial_schedule
 from numpyro_mile.metrics import lppd
 from numpyro_mile.minibatch import MinibatchModel, sample_without_replacement
 from numpyro_mile.models import mlp_regression
+
+from _stats import moment_errors
 
 Z = 4.5  # tolerance in Monte Carlo standard errors
 
@@ -52,13 +53,10 @@ def sgld_stationary_moments(x, eps, batch=None):
 
 
 def z_scores(samples, mean, var):
-    """(mean, variance) errors in Monte Carlo standard errors; samples (chains, draws)."""
-    samples = np.asarray(samples, np.float64)
-    sq = (samples - mean) ** 2
-    ess_x, ess_sq = float(ess(samples)), float(ess(sq))
-    z_mean = (samples.mean() - mean) / np.sqrt(var / ess_x)
-    z_var = (sq.mean() - var) / np.sqrt(sq.var() / ess_sq)
-    return z_mean, z_var, np.sqrt(sq.var() / ess_sq)
+    """(mean, variance) errors in Monte Carlo standard errors, and the variance's standard error; samples
+    (chains, draws)."""
+    errors = moment_errors(np.asarray(samples)[..., None], mean, var)
+    return float(errors.z_mean[0]), float(errors.z_var[0]), float(errors.se_var[0])
 
 
 @functools.cache
