@@ -5,9 +5,10 @@ it re-compiles on every ``MCMC.run``); with the cache, a program is compiled onc
 read back afterwards, in this process and in the subprocesses that tests start (the environment
 variables are inherited). A fresh folder per session: nothing is reused from an earlier one.
 
-The suite runs on every core with pytest-xdist (``-n auto`` in ``pyproject.toml``): the workers inherit
-the cache folder from the controller, which removes it at the end (a worker removes only the unused
-folder it made itself).
+The suite runs on every core with pytest-xdist (``-n auto`` in ``pyproject.toml``): each worker caches in
+its own subfolder of the controller's folder (JAX does not write entries atomically: two workers sharing one
+entry crashed a worker), which the controller removes at the end (a worker removes only the unused folder it
+made itself).
 """
 
 from __future__ import annotations
@@ -20,6 +21,13 @@ _CACHE = tempfile.mkdtemp(prefix="numpyro-mile-tests-jax-cache-")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one subfolder per worker: JAX writes cache entries in place, and a worker that read an entry another worker
+    # was writing crashed (a segfault in compilation_cache.get_executable_and_time, twice in full runs)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(
+        os.environ["JAX_COMPILATION_CACHE_DIR"].split(os.sep + "worker-")[0],
+        "worker-" + os.environ["PYTEST_XDIST_WORKER"])
+    os.makedirs(os.environ["JAX_COMPILATION_CACHE_DIR"], exist_ok=True)
 
 import jax  # noqa: E402  (after the environment: JAX reads it when its configuration is created)
 
