@@ -32,6 +32,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 import jax  # noqa: E402  (after the environment: JAX reads it when its configuration is created)
 
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # subprocesses that tests start (several CPU devices, other flags) do not share the worker's folder: a worker
+    # segfaulted reading an entry of the same program (test_smile::test_tuner_rules) with per-worker folders too
+    del os.environ["JAX_COMPILATION_CACHE_DIR"]
 
 
 def pytest_sessionfinish(session, exitstatus):
