@@ -32,6 +32,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 import jax  # noqa: E402  (after the environment: JAX reads it when its configuration is created)
 
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+# off for the test processes themselves: a worker segfaulted reading an entry in every full run of 2026-12-03
+# (test_smile::test_tuner_rules), with shared and with per-worker folders; tests of the cache enable their own
+jax.config.update("jax_enable_compilation_cache", False)
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # subprocesses that tests start (several CPU devices, other flags) do not share the worker's folder: a worker
     # segfaulted reading an entry of the same program (test_smile::test_tuner_rules) with per-worker folders too
