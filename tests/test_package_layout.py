@@ -90,3 +90,49 @@ def test_importing_the_package_leaves_jax_unstarted():
                          env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "3"
+
+
+def _imported_names(path: Path) -> list[tuple[str, str, int]]:
+    """``(module, name, line)`` of every ``from module import name`` (relative modules resolved against the
+    package) and every module named by an ``import`` statement or an ``importlib.import_module`` string."""
+    name_of = {p: m for m, p in _modules().items()}
+    module = name_of[path]
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            found += [(base, alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, "", node.lineno) for alias in node.names]
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+              and node.args and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))):
+            text = ast.unparse(node.args[0])
+            found.append((text.strip("'\"f"), "", node.lineno))
+    return found
+
+
+def test_blackjax_only_in_the_mclmc_adapter():
+    """All MCLMC/isokinetic dynamics (MILE's step, SMILE's minibatch step, the ESS) go through
+    ``kernels/_mclmc.py``: no other module imports BlackJAX (issue #31)."""
+    offenders = [(str(path.relative_to(PACKAGE)), module, line)
+                 for path in PACKAGE.rglob("*.py") if path.name != "_mclmc.py"
+                 for module, _, line in _imported_names(path) if module.split(".")[0] == "blackjax"]
+    assert offenders == []
+    assert any(module.startswith("blackjax") for module, _, _ in _imported_names(PACKAGE / "kernels" / "_mclmc.py"))
+
+
+def test_no_private_kernel_names_outside_the_kernels():
+    """Generic layers use what a kernel module exports, never its private names (issue #31)."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.relative_to(PACKAGE).parts[0] == "kernels":
+            continue
+        for module, name, line in _imported_names(path):
+            inside_kernels = module.startswith("numpyro_mile.kernels")
+            if inside_kernels and (name.startswith("_") or any(p.startswith("_") for p in module.split(".")[2:])):
+                offenders.append((str(path.relative_to(PACKAGE)), f"{module}.{name}", line))
+    assert offenders == []

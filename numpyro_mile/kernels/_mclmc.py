@@ -1,4 +1,4 @@
-"""MCLMC dynamics adapter: the only module that imports ``blackjax.mcmc``.
+"""MCLMC dynamics adapter: the only module that imports BlackJAX (its integrators and diagnostics).
 
 One MCLMC step is BlackJAX's isokinetic McLachlan integrator (minimal-norm, two gradient
 evaluations per step thanks to first-same-as-last) between two half-step partial momentum
@@ -7,7 +7,9 @@ with no preconditioning. The integrator is called directly rather than through B
 ``mclmc`` kernel: that kernel draws two more random numbers per step for its NaN and
 high-energy handling (a fresh momentum after a rejected step, an energy cutoff MILE does not
 use); here a step whose result is not finite is rejected with a plain select that keeps the
-previous state. NumPyro works with potential energies (negative log densities); BlackJAX with
+previous state. SMILE's minibatch step (:func:`minibatch_mclachlan`) is the same McLachlan sequence of
+BlackJAX's isokinetic kicks, written out because its two gradients come from a minibatch chosen by the
+caller and its first kick reuses the previous step's gradient. NumPyro works with potential energies (negative log densities); BlackJAX with
 log densities: the sign is flipped here, once.
 """
 
@@ -19,7 +21,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-__all__ = ["StepInfo", "init", "step", "ess", "esh_kick", "partially_refresh_momentum"]
+__all__ = ["StepInfo", "init", "step", "ess", "minibatch_mclachlan", "partially_refresh_momentum"]
 
 #: BlackJAX's ``IntegratorState`` (position, momentum, logdensity, logdensity_grad), a NamedTuple
 IntegratorState = Any
@@ -85,6 +87,30 @@ def partially_refresh_momentum(momentum, rng_key, step_size, L):
     return _blackjax("mcmc.integrators").partially_refresh_momentum(momentum, rng_key, step_size, L)
 
 
-def esh_kick(inverse_mass) -> Callable:
-    """BlackJAX's isokinetic (ESH) momentum update with diagonal ``inverse_mass`` (SMILE's minibatch step)."""
-    return _blackjax("mcmc.integrators").esh_dynamics_momentum_update_one_step(inverse_mass)
+def minibatch_mclachlan(x, momentum, grad, value_grad: Callable, step_size, inverse_mass=1.0):
+    """One isokinetic McLachlan step on flat arrays (SMILE's step, two gradient evaluations)::
+
+        kick(b1 eps, grad)  drift(eps/2)  kick((1 - 2 b1) eps)  drift(eps/2)  kick(b1 eps)
+
+    with BlackJAX's minimal-norm ``b1`` and its ESH velocity update (``|u| = 1``), diagonal inverse mass
+    ``inverse_mass`` (a scalar or shape ``(d,)``).
+
+    :param x: position, shape ``(d,)``.
+    :param momentum: unit velocity ``u``, shape ``(d,)``.
+    :param grad: log-density gradient at ``x`` for the first kick (SMILE: the previous step's), shape ``(d,)``.
+    :param value_grad: ``position -> (log density, gradient)`` (SMILE: on this step's minibatch).
+    :param step_size: step size ``eps``.
+    :param inverse_mass: diagonal inverse mass matrix.
+    :return: ``(new x, new u, log density at new x, its gradient, kinetic energy change)``.
+    """
+    integrators = _blackjax("mcmc.integrators")
+    b1 = integrators.mclachlan_coefficients[0]  # the outer kicks' share (BlackJAX's module-level b1 is another)
+    kick = integrators.esh_dynamics_momentum_update_one_step(inverse_mass)
+    u, velocity, kinetic1 = kick(momentum, grad, step_size, b1)
+    x1 = x + 0.5 * step_size * velocity
+    _, grad1 = value_grad(x1)
+    u, velocity, kinetic2 = kick(u, grad1, step_size, 1.0 - 2.0 * b1)
+    x2 = x1 + 0.5 * step_size * velocity
+    logdensity, grad2 = value_grad(x2)
+    u, _, kinetic3 = kick(u, grad2, step_size, b1)
+    return x2, u, logdensity, grad2, kinetic1 + kinetic2 + kinetic3

@@ -60,8 +60,6 @@ from ._langevin import MinibatchKernel, as_jax_args
 
 __all__ = ["SMILE", "SMILEConfig", "SMILEState", "smile_step"]
 
-#: McLachlan's minimal-norm coefficient of the two outer kicks
-B1 = 0.1931833275037836
 GRAD_CLIP = 1e6
 #: rate of pSMILE's moving averages of the gradient's mean and variance
 NOISE_RATE = 0.01
@@ -172,24 +170,15 @@ def smile_step(state: SMILEState, potential: Callable, config: SMILEConfig,
         neg, grad = jax.value_and_grad(lambda p: potential(unravel(p), minibatch))(position)
         return -neg, _sanitise(-grad)
 
-    if config.precondition:
-        inverse_mass = 1.0 / jnp.square(noise_scale(state.grad_var, config.min_scale))
-    else:
-        inverse_mass = 1.0
-    kick = mclmc.esh_kick(inverse_mass)
+    inverse_mass = 1.0 / jnp.square(noise_scale(state.grad_var, config.min_scale)) if config.precondition else 1.0
     eps = state.step_size
     u = state.momentum
     if config.L is not None:
         u = mclmc.partially_refresh_momentum(u, refresh_key, eps, config.L)
         u = jnp.where(jnp.any(state.momentum != 0), u, state.momentum)  # a zero velocity stays zero
-    u, velocity, dK1 = kick(u, state.logdensity_grad, eps, B1)
-    x1 = x + 0.5 * eps * velocity
-    _, g1 = value_grad(x1)
-    u, velocity, dK2 = kick(u, g1, eps, 1.0 - 2.0 * B1)
-    x2 = x1 + 0.5 * eps * velocity
-    logdensity, g2 = value_grad(x2)
-    u, _, dK3 = kick(u, g2, eps, B1)
-    energy_change = dK1 + dK2 + dK3 + state.logdensity - logdensity
+    x2, u, logdensity, g2, kinetic_change = mclmc.minibatch_mclachlan(x, u, state.logdensity_grad, value_grad, eps,
+                                                                      inverse_mass)
+    energy_change = kinetic_change + state.logdensity - logdensity
 
     x_abs = jnp.abs(energy_change)
     finite = jnp.isfinite(x_abs) & jnp.all(jnp.isfinite(x2))
