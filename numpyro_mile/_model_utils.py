@@ -6,6 +6,7 @@ does not break when NumPyro renames its private helpers.
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, NamedTuple
 
 import jax
@@ -16,6 +17,8 @@ from numpyro.infer.initialization import init_to_uniform
 
 #: name of the plate that holds the observations in this package's models
 DATA_PLATE = "data"
+#: NumPyro's warning when a plate's bound indices differ in number from its ``subsample_size``
+SUBSAMPLE_MISMATCH = "subsample_size does not match"
 
 
 class PlateInfo(NamedTuple):
@@ -137,6 +140,25 @@ def constrain(trace: dict, unconstrained: dict) -> dict:
     return {name: biject_to(sites[name]["fn"].support)(value) for name, value in unconstrained.items()}
 
 
+def bind_plates(model: Callable, indices: dict) -> Callable:
+    """``model`` with each plate named in ``indices`` bound to those row indices (shape ``(n,)`` each).
+
+    NumPyro then scales the plate's sites by ``size / n``: ``arange(size)`` evaluates every row once, a
+    minibatch's indices give an unbiased estimate of the full-data terms. NumPyro's warning that ``n``
+    differs from the plate's ``subsample_size`` is silenced (intended here). The one place where this
+    package binds plates (minibatch kernels, full-data evaluation, prediction, the approximations).
+    """
+    if not indices:
+        return model
+
+    def bound(*args, **kwargs):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=SUBSAMPLE_MISMATCH)
+            return handlers.substitute(model, data=indices)(*args, **kwargs)
+
+    return bound
+
+
 def observed_log_likelihood(
     model: Callable, model_args: tuple, model_kwargs: dict, values: dict, plate_indices: dict | None = None
 ) -> jax.Array:
@@ -146,9 +168,8 @@ def observed_log_likelihood(
     evaluated on a minibatch; the plate scales the result by ``size / len(indices)``, which
     makes it an unbiased estimate of the full-data log-likelihood.
     """
-    conditioned = handlers.substitute(handlers.seed(model, jax.random.PRNGKey(0)), data=values)
-    if plate_indices:
-        conditioned = handlers.substitute(conditioned, data=plate_indices)
+    conditioned = bind_plates(handlers.substitute(handlers.seed(model, jax.random.PRNGKey(0)), data=values),
+                              plate_indices or {})
     trace = handlers.trace(conditioned).get_trace(*model_args, **model_kwargs)
     total = jnp.zeros(())
     for site in trace.values():

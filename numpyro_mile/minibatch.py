@@ -51,7 +51,6 @@ from ._validation import check_plates
 
 __all__ = ["MinibatchModel", "draw_indices", "sample_without_replacement", "subsampled_plates"]
 
-_MISMATCH = "subsample_size does not match"
 
 
 def subsampled_plates(trace: dict, kernel_name: str = "This kernel") -> tuple[mu.PlateInfo, ...]:
@@ -159,20 +158,6 @@ def _uniform_radius(init_strategy) -> float | None:
     return None
 
 
-def _substituted(model: Callable, data: dict) -> Callable:
-    """``model`` with the plates named in ``data`` bound to those indices."""
-    if not data:
-        return model
-
-    def bound(*args, **kwargs):
-        with warnings.catch_warnings():
-            # NumPyro warns when bound indices differ in length from subsample_size (full plates).
-            warnings.filterwarnings("ignore", message=_MISMATCH)
-            return handlers.substitute(model, data=data)(*args, **kwargs)
-
-    return bound
-
-
 class MinibatchModel:
     """A NumPyro model prepared for minibatch gradients through its subsample plates.
 
@@ -197,7 +182,7 @@ class MinibatchModel:
             # Traced abstractly (jax.eval_shape): no op is executed or compiled; only static
             # facts (plates, supports, shapes) leave this function.
             with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=_MISMATCH)  # reported below, more clearly
+                warnings.filterwarnings("ignore", message=mu.SUBSAMPLE_MISMATCH)  # reported below, more clearly
                 trace = mu.trace_model(model, tuple(model_args), model_kwargs, key)
             found["plates"] = subsampled_plates(trace, kernel_name)
             check_observations_indexed(trace, found["plates"], kernel_name)
@@ -242,7 +227,7 @@ class MinibatchModel:
 
     def full_model(self) -> Callable:
         """The model with every subsampled plate bound to all of its rows (scale 1)."""
-        return _substituted(self.model, {p.name: jnp.arange(p.size) for p in self.plates})
+        return mu.bind_plates(self.model, {p.name: jnp.arange(p.size) for p in self.plates})
 
     def potential_fn(self, model_args: tuple = (), model_kwargs: dict | None = None) -> Callable:
         """``potential(params, rng_key) -> U~(params)`` on a fresh minibatch drawn from ``rng_key``.
@@ -261,7 +246,7 @@ class MinibatchModel:
         model = self.model
 
         def potential(params, indices):
-            return potential_energy(_substituted(model, indices), model_args, model_kwargs, params)
+            return potential_energy(mu.bind_plates(model, indices), model_args, model_kwargs, params)
 
         return potential
 

@@ -32,13 +32,11 @@ Typical use with a model of :mod:`numpyro_mile.models`, whose outputs (``mu``/``
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Callable, Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro import handlers
 from numpyro.infer import Predictive
 from numpyro.infer.util import log_likelihood as _numpyro_log_likelihood
 
@@ -110,13 +108,7 @@ def _full_plate(model: Callable, model_args: tuple, model_kwargs: dict | None) -
     if not sizes:
         return model, trace
 
-    def model_on_full_plates(*args, **kwargs):
-        data = {name: jnp.arange(size) for name, size in sizes.items()}
-        with warnings.catch_warnings():
-            # NumPyro warns that subsample_size differs from the substituted indices: intended.
-            warnings.filterwarnings("ignore", message="subsample_size does not match")
-            return handlers.substitute(model, data=data)(*args, **kwargs)
-
+    model_on_full_plates = mu.bind_plates(model, {name: jnp.arange(size) for name, size in sizes.items()})
     model_on_full_plates.__name__ = getattr(model, "__name__", "model") + "_full_plates"
     model_on_full_plates.__wrapped__ = model
     return model_on_full_plates, trace

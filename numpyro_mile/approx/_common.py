@@ -28,7 +28,6 @@ from .. import _model_utils as mu
 from ..ensemble import init_member_params
 from ..minibatch import MinibatchModel, draw_indices
 
-_MISMATCH = "subsample_size does not match"
 
 
 class ApproxPosterior(NamedTuple):
@@ -156,7 +155,7 @@ class Problem:
                  plate_name: str = mu.DATA_PLATE):
         self.model, self.args, self.kwargs, self.method = model, tuple(model_args), dict(model_kwargs), method
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_MISMATCH)
+            warnings.filterwarnings("ignore", message=mu.SUBSAMPLE_MISMATCH)
             self.trace = mu.trace_model(model, self.args, self.kwargs)
         plate = mu.plates(self.trace).get(plate_name)
         if plate is None:
@@ -218,10 +217,8 @@ class Problem:
 
     def row_log_likelihood(self, unconstrained: dict, index) -> jax.Array:
         """``log p(y_i | theta)`` of the single row ``index`` (an integer scalar)."""
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_MISMATCH)
-            scaled = mu.observed_log_likelihood(self.model, self.args, self.kwargs, self.constrain(unconstrained),
-                                                {self.plate_name: jnp.reshape(index, (1,))})
+        scaled = mu.observed_log_likelihood(self.model, self.args, self.kwargs, self.constrain(unconstrained),
+                                            {self.plate_name: jnp.reshape(index, (1,))})
         return scaled / self.num_data  # the plate scales one row by N
 
     def prior_potential(self, unconstrained: dict) -> jax.Array:

@@ -379,7 +379,7 @@ class SMILE(MinibatchKernel):
         with warnings.catch_warnings():
             # the ensemble draws its own minibatches through the plate; NumPyro notes that their size is not the
             # model's subsample_size, which is expected here (the members are the same with or without it)
-            warnings.filterwarnings("ignore", message="subsample_size does not match", category=UserWarning)
+            warnings.filterwarnings("ignore", message=mu.SUBSAMPLE_MISMATCH, category=UserWarning)
             ensemble = fit_members(self._model, member_keys, model_args, model_kwargs,
                                    **{"progress_bar": True, **self.ensemble_options})
         if is_concrete(member_keys):  # not under pmap: keep the ensemble for the user
