@@ -14,7 +14,8 @@ function of the kernel's module. This module holds, once, what every kernel need
   JAX's persistent compilation cache from storing the sampling loop;
 - the model's data carried in the state (:meth:`ChainKernel.model_data`): NumPyro passes the model's
   arguments to ``sample`` as constants; a state that carries the arrays makes them arguments of the
-  compiled sampling loop, so a second run on new data of the same shapes compiles nothing new;
+  compiled sampling loop, so a second run on new data of the same shapes compiles nothing new (checkpoints
+  store the state without them: :meth:`ChainKernel.checkpoint_state`, :meth:`ChainKernel.resumed_state`);
 - the progress bar's postfix (:meth:`ChainKernel.get_diagnostics_str`), read back from the device at most
   every :attr:`ChainKernel.diagnostics_interval` seconds: NumPyro asks for it after every step of a
   sequential chain, and a read-back every step would wait for each step to finish before the next is launched.
@@ -124,6 +125,16 @@ class ChainKernel(MCMCKernel):
                 and _programs.same_data(self._data, model_args, model_kwargs)):
             return _programs.join_data(self._data.key, data)
         return tuple(model_args), model_kwargs
+
+    def checkpoint_state(self, state):
+        """``state`` as a checkpoint stores it (:mod:`numpyro_mile.runs`): without the model data it carries
+        (``data``, see :meth:`model_data`), which :meth:`resumed_state` attaches again."""
+        return state._replace(data=None)
+
+    def resumed_state(self, saved, fresh):
+        """A state stored by :meth:`checkpoint_state`, carrying the data of ``fresh`` (the state ``init`` just
+        made for the resumed run, on that run's arguments)."""
+        return saved._replace(data=fresh.data)
 
     def run_warnings(self, state) -> list[str]:
         """What went wrong in a run, from its last state (``mcmc.last_state``); empty when nothing did."""

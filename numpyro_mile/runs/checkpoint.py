@@ -22,35 +22,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
-import io
 import json
 import os
-import time
-import zipfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import numpyro
 
-from .._version import __version__
-from .sample_store import atomic_write_bytes
+from ._state_file import CHECKPOINT_VERSION, CheckpointError, checkpoint_state, digest, read, write
 
 __all__ = ["CHECKPOINT_VERSION", "Checkpoint", "CheckpointError", "check_fingerprint", "load_checkpoint",
            "run_fingerprint", "save_checkpoint"]
-
-#: version of the checkpoint file format
-CHECKPOINT_VERSION = 1
-_META = "__meta__"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be used: truncated, damaged, another format version, or
-    written by another run (model, data, kernel settings or MCMC settings)."""
-
 
 class Checkpoint(NamedTuple):
     """A loaded checkpoint.
@@ -71,94 +54,6 @@ class Checkpoint(NamedTuple):
     extra: dict
 
 
-# ============================================================================== pytree <-> arrays
-def _leaf_to_numpy(x, info: dict) -> np.ndarray:
-    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
-        info["prng_impl"] = str(jax.random.key_impl(x))
-        x = jax.random.key_data(x)
-    elif isinstance(x, (bool, int, float, complex)):
-        info["python"] = type(x).__name__
-    return np.asarray(jax.device_get(x))
-
-
-def _encode(tree, leaves: list) -> Any:
-    """A JSON description of ``tree``; its arrays are appended to ``leaves``."""
-    if tree is None:
-        return None
-    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
-        cls = type(tree)
-        return {"namedtuple": f"{cls.__module__}:{cls.__qualname__}",
-                "fields": {f: _encode(getattr(tree, f), leaves) for f in tree._fields}}
-    if isinstance(tree, dict):
-        return {"dict": [[_encode_key(k), _encode(v, leaves)] for k, v in tree.items()]}
-    if isinstance(tree, (tuple, list)):
-        return {type(tree).__name__: [_encode(v, leaves) for v in tree]}
-    if isinstance(tree, (jax.Array, np.ndarray, np.generic, bool, int, float)):
-        info = {"leaf": len(leaves)}
-        leaves.append(_leaf_to_numpy(tree, info))
-        return info
-    raise TypeError(
-        f"cannot checkpoint a {type(tree).__name__} inside the state: a checkpointable state is a pytree of "
-        "arrays built from namedtuples, dicts, tuples, lists and None."
-    )
-
-
-def _encode_key(key):
-    """Dict keys: strings, integers, or tuples of them (NumPyro's mass-matrix dicts use tuples of sites)."""
-    if isinstance(key, (str, int)) and not isinstance(key, bool):
-        return key
-    if isinstance(key, tuple) and all(isinstance(k, (str, int)) for k in key):
-        return {"tuple": list(key)}
-    raise TypeError(f"checkpoints store dicts whose keys are strings, integers or tuples of them, got {key!r}.")
-
-
-def _decode_key(key):
-    return tuple(key["tuple"]) if isinstance(key, dict) else key
-
-
-def _import_namedtuple(path: str):
-    module, _, qualname = path.partition(":")
-    try:
-        obj = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as err:
-        raise CheckpointError(f"the checkpoint's state uses the class {path}, which cannot be imported here ({err}).")
-    if not (isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, "_fields")):
-        raise CheckpointError(f"{path} in the checkpoint is not a namedtuple class.")
-    return obj
-
-
-def _decode(node, leaves: list) -> Any:
-    if node is None:
-        return None
-    if "namedtuple" in node:
-        cls = _import_namedtuple(node["namedtuple"])
-        fields = node["fields"]
-        if tuple(fields) != tuple(cls._fields):
-            raise CheckpointError(f"{node['namedtuple']} has fields {cls._fields} here, the checkpoint has "
-                                  f"{tuple(fields)}: it was written by another version of that class.")
-        return cls(*(_decode(fields[f], leaves) for f in cls._fields))
-    if "dict" in node:
-        return {_decode_key(k): _decode(v, leaves) for k, v in node["dict"]}
-    if "tuple" in node:
-        return tuple(_decode(v, leaves) for v in node["tuple"])
-    if "list" in node:
-        return [_decode(v, leaves) for v in node["list"]]
-    value = leaves[node["leaf"]]
-    if "prng_impl" in node:
-        return jax.random.wrap_key_data(jnp.asarray(value), impl=node["prng_impl"])
-    if "python" in node:
-        return {"bool": bool, "int": int, "float": float, "complex": complex}[node["python"]](value)
-    array = jnp.asarray(value)
-    if array.dtype != value.dtype:
-        raise CheckpointError(
-            f"the checkpoint holds {value.dtype} arrays, which JAX turns into {array.dtype} here: "
-            "set jax.config.update('jax_enable_x64', True) as in the run that wrote it (or the reverse)."
-        )
-    return array
-
-
 # ============================================================================== fingerprint
 #: attributes of kernels that ``init`` sets (not settings): left out of the fingerprint
 _RUNTIME_ATTRS = frozenset({
@@ -172,16 +67,6 @@ def _qualname(fn) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
 
 
-def _digest(value) -> str:
-    """SHA-256 of an array-like's dtype, shape and bytes."""
-    if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
-        value = jax.random.key_data(value)
-    array = np.ascontiguousarray(jax.device_get(value))
-    h = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
-    h.update(array.tobytes())
-    return h.hexdigest()[:16]
-
-
 def _describe(value, depth: int = 0):
     """A JSON-able, process-independent description of a setting (no memory addresses)."""
     if value is None or isinstance(value, (bool, str)):
@@ -191,7 +76,7 @@ def _describe(value, depth: int = 0):
     if depth > 4:
         return type(value).__qualname__
     if isinstance(value, (np.ndarray, jax.Array)):
-        return {"array": _digest(value)}
+        return {"array": digest(value)}
     if isinstance(value, (tuple, list)):
         return [_describe(v, depth + 1) for v in value]
     if isinstance(value, dict):
@@ -216,13 +101,13 @@ def _kernel_settings(kernel) -> dict:
     return settings
 
 
-def _data_digest(model_args, model_kwargs) -> str:
+def _datadigest(model_args, model_kwargs) -> str:
     h = hashlib.sha256()
     for name, value in [(str(i), a) for i, a in enumerate(model_args)] + sorted((model_kwargs or {}).items()):
         h.update(name.encode())
         for leaf in jax.tree.leaves(value):
             if isinstance(leaf, (np.ndarray, jax.Array)):
-                h.update(_digest(leaf).encode())
+                h.update(digest(leaf).encode())
             else:
                 h.update(json.dumps(_describe(leaf)).encode())
     return h.hexdigest()[:16]
@@ -256,7 +141,7 @@ def run_fingerprint(mcmc, model_args: tuple = (), model_kwargs: dict | None = No
         "kernel": _qualname(type(kernel)),
         "kernel_settings": _kernel_settings(kernel),
         "model": _qualname(kernel.model) if getattr(kernel, "model", None) is not None else None,
-        "data": _data_digest(tuple(model_args), model_kwargs),
+        "data": _datadigest(tuple(model_args), model_kwargs),
         "num_warmup": int(mcmc.num_warmup),
         "num_samples": int(mcmc.num_samples),
         "num_chains": int(mcmc.num_chains),
@@ -296,67 +181,6 @@ def check_fingerprint(saved: dict, now: dict, path, *, ignore: tuple[str, ...] =
         )
 
 
-# ============================================================================== file format
-def _versions() -> dict:
-    return {"jax": jax.__version__, "numpyro": numpyro.__version__, "numpyro_mile": __version__}
-
-
-def _write(path, payload: dict, meta: dict) -> Path:
-    path = Path(path)
-    leaves: list[np.ndarray] = []
-    structure = _encode(payload, leaves)
-    meta = dict(meta, version=CHECKPOINT_VERSION, structure=structure,
-                checksums=[_digest(leaf) for leaf in leaves], versions=_versions(), time=time.time())
-    buffer = io.BytesIO()
-    arrays = {f"a{i}": leaf for i, leaf in enumerate(leaves)}
-    arrays[_META] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    np.savez(buffer, **arrays)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
-
-
-def _read(path) -> tuple[dict, dict]:
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            meta = json.loads(bytes(npz[_META]).decode())
-            if meta.get("version") != CHECKPOINT_VERSION:
-                raise CheckpointError(
-                    f"{path} has checkpoint format version {meta.get('version')}; this numpyro_mile reads version "
-                    f"{CHECKPOINT_VERSION}. Resume with the numpyro_mile that wrote it."
-                )
-            leaves = [npz[f"a{i}"] for i in range(len(meta["checksums"]))]
-    except CheckpointError:
-        raise
-    except (zipfile.BadZipFile, EOFError, KeyError, ValueError, OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(
-            f"{path} is truncated or damaged ({type(err).__name__}: {err}); it cannot be resumed. A crash while "
-            "saving cannot cause this (writes are atomic); restore a copy or delete it to start afresh."
-        ) from err
-    for i, (leaf, checksum) in enumerate(zip(leaves, meta["checksums"])):
-        if _digest(leaf) != checksum:
-            raise CheckpointError(f"{path} is damaged: array {i} does not match its checksum; it cannot be resumed.")
-    return _decode(meta["structure"], leaves), meta
-
-
-def _without_data(state):
-    """The state without the model data a kernel carries through its loop (MILE's ``data``): checkpoints
-    hold the run's state, not a copy of the data (``run_chunked`` and ``init`` attach it again)."""
-    if getattr(state, "data", None) is not None and hasattr(state, "_replace"):
-        return state._replace(data=None)
-    return state
-
-
-def _with_data_of(state, fresh):
-    """``state`` carrying the data of ``fresh`` (a state just made by ``init`` for the same run)."""
-    if hasattr(state, "data") and getattr(fresh, "data", None) is not None:
-        return state._replace(data=fresh.data)
-    return state
-
-
 def _step_of(state) -> int | None:
     i = getattr(state, "i", None)
     if i is None:
@@ -392,18 +216,17 @@ def save_checkpoint(source, path: str | os.PathLike, *, model_args: tuple = (), 
     >>> mcmc2.run(ckpt.state.rng_key)
     """
     if hasattr(source, "sampler") and hasattr(source, "last_state"):
-        state = source.last_state
-        if state is None:
+        if source.last_state is None:
             raise ValueError("this MCMC has no state yet: call mcmc.run(...) or mcmc.warmup(...) before saving.")
+        state = checkpoint_state(source.sampler, source.last_state)
         fingerprint = run_fingerprint(source, model_args, model_kwargs)
         if not model_args and not model_kwargs:
             fingerprint["data"] = None  # not recorded: not checked on loading
     else:
         state, fingerprint = source, {}
-    state = _without_data(state)
     meta = {"kind": "state", "step": _step_of(state), "num_draws": 0, "fingerprint": fingerprint,
             "metadata": dict(metadata or {})}
-    return _write(path, {"state": state}, meta)
+    return write(path, {"state": state}, meta)
 
 
 def load_checkpoint(path: str | os.PathLike, *, mcmc=None, model_args: tuple | None = None,
@@ -419,7 +242,7 @@ def load_checkpoint(path: str | os.PathLike, *, mcmc=None, model_args: tuple | N
     :return: a :class:`Checkpoint`.
     :raises CheckpointError: truncated or damaged file, another format version, another run.
     """
-    payload, meta = _read(path)
+    payload, meta = read(path)
     ckpt = Checkpoint(state=payload["state"], step=meta.get("step"), num_draws=int(meta.get("num_draws", 0)),
                       fingerprint=meta.get("fingerprint", {}), metadata=dict(meta.get("metadata", {}),
                                                                               versions=meta.get("versions"),

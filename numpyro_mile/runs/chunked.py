@@ -34,8 +34,8 @@ from tqdm.auto import tqdm
 
 from .._arrays import storage_dtype
 from ..inference_data import load_inference_data
-from .checkpoint import (Checkpoint, CheckpointError, _digest, _versions, _with_data_of, _without_data, _write,
-                         check_fingerprint, load_checkpoint, run_fingerprint)
+from ._state_file import CheckpointError, checkpoint_state, digest, resumed_state, versions, write
+from .checkpoint import Checkpoint, check_fingerprint, load_checkpoint, run_fingerprint
 from .sample_store import SampleStore, load_samples
 
 __all__ = ["ChunkProgress", "ChunkedRun", "run_chunked"]
@@ -267,7 +267,7 @@ def run_chunked(
     store_dtype = None if storage_dtype(store_dtype) is None else storage_dtype(store_dtype).name
     layout = _layout(mcmc)
     fingerprint = run_fingerprint(mcmc, args, kwargs, extra_fields=list(extra_fields), store_dtype=store_dtype,
-                                  rng_key=_digest(rng_key))
+                                  rng_key=digest(rng_key))
     fingerprint["chain_method"] = layout
     init_params = jax.tree.map(lambda x: jax.lax.convert_element_type(x, jnp.result_type(x)), init_params)
     keys = jax.random.split(rng_key, num_chains) if num_chains > 1 and is_prng_key(rng_key) else rng_key
@@ -292,7 +292,7 @@ def run_chunked(
     def save(step_done, draws_done):
         meta = {"kind": "chunked", "step": step_done, "num_draws": draws_done, "fingerprint": fingerprint,
                 "metadata": {"kind": "chunked", "layout": layout, "sample_dir": str(sample_dir)}}
-        _write(checkpoint_path, {"state": _without_data(stacked_state()), "init_keys": keys}, meta)
+        write(checkpoint_path, {"state": checkpoint_state(kernel, stacked_state()), "init_keys": keys}, meta)
 
     if ckpt is None:
         save(0, 0)  # after init (for MILE: after pretraining)
@@ -347,9 +347,9 @@ def _resume_point(path: Path, fingerprint: dict, layout: str) -> Checkpoint:
         raise CheckpointError(f"{path} was not written by run_chunked with this chain layout; pass another "
                               "checkpoint_path.")
     check_fingerprint(ckpt.fingerprint, fingerprint, path)
-    versions = ckpt.metadata.get("versions") or {}
-    if versions and versions != _versions():
-        warnings.warn(f"{path} was written with {versions}, this process runs {_versions()}: the resumed draws "
+    saved_versions = ckpt.metadata.get("versions") or {}
+    if saved_versions and saved_versions != versions():
+        warnings.warn(f"{path} was written with {saved_versions}, this process runs {versions()}: the resumed draws "
                       "may differ in the last bits from an uninterrupted run.", UserWarning, stacklevel=3)
     return ckpt
 
@@ -364,13 +364,14 @@ def _init_states(kernel, layout, keys, num_warmup, init_params, ckpt, args, kwar
         if ckpt is None:
             return [_strong(init(keys, init_params))]
         fresh = init(keys, _positions(kernel, ckpt.state))
-        return [_strong(_with_data_of(ckpt.state, fresh))]
+        return [_strong(resumed_state(kernel, ckpt.state, fresh))]
     num_chains = keys.shape[0]
     if ckpt is None:
         return [_strong(init(keys[c], None if init_params is None else jax.tree.map(lambda x: x[c], init_params)))
                 for c in range(num_chains)]
     saved = [jax.tree.map(lambda x: x[c], ckpt.state) for c in range(num_chains)]
-    return [_strong(_with_data_of(saved[c], init(keys[c], _positions(kernel, saved[c])))) for c in range(num_chains)]
+    return [_strong(resumed_state(kernel, saved[c], init(keys[c], _positions(kernel, saved[c]))))
+            for c in range(num_chains)]
 
 
 def _store_spec(proto: dict, layout: str) -> dict:
