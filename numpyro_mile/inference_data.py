@@ -29,8 +29,8 @@ ICSGLD's draws come from a *flattened* version of the posterior: unweighted summ
 ``InferenceData`` (``az.ess``, ``az.rhat``, ``az.loo``, plain means) describe that flattened
 distribution. Posterior expectations weight the draws with ``sample_stats.importance_weight``
 (:func:`numpyro_mile.importance_weights` with ``group_by_chain=True``: the histogram at the end
-of the run, weights summing to 1 over all chains and draws). They are computed from the
-collected ``bin`` field (one of ICSGLD's default fields) and ``mcmc.last_state.theta``; when
+of the run, weights summing to 1 over all chains and draws), which the conversion asks the kernel
+for (its ``sample_weights`` hook). They are computed from the collected ``bin`` field (one of ICSGLD's default fields) and ``mcmc.last_state.theta``; when
 either is missing the conversion warns (naming the ``extra_fields`` to pass to ``mcmc.run``)
 and leaves the variable out.
 """
@@ -45,7 +45,6 @@ import jax
 import numpy as np
 
 from . import _model_utils as mu
-from .kernels.icsgld import importance_weights
 from .predictive import full_plate_model, log_likelihood, predict
 from .runs.sample_store import GROUPS, SampleStore
 
@@ -72,33 +71,29 @@ IMPORTANCE_WEIGHT_NOTE = (
     "describe that distribution, not the posterior; weight posterior expectations with importance_weight."
 )
 
-#: the extra field ICSGLD's importance weights are computed from (with ``mcmc.last_state.theta``)
-_ICSGLD_FIELDS = ("bin",)
-
-
-def _is_icsgld(kernel) -> bool:
-    """A kernel with an energy histogram and importance weights (ICSGLD, CSGLD), as :func:`importance_weights` checks."""
-    return hasattr(kernel, "log_weights") and hasattr(kernel, "density_of_states")
-
-
-def _icsgld_weights(mcmc, extra_fields: dict, chain_draw: tuple[int, int]) -> np.ndarray | None:
-    """``importance_weights(mcmc, group_by_chain=True)``, or ``None`` with a warning when they cannot be computed."""
-    missing = [field for field in _ICSGLD_FIELDS if field not in extra_fields]
-    state = getattr(mcmc, "last_state", None)
-    if missing or state is None or getattr(state, "theta", None) is None:
+def _sample_weights(mcmc, extra_fields: dict, chain_draw: tuple[int, int]) -> np.ndarray | None:
+    """The kernel's weights of the draws (``sample_weights`` hook, e.g. ICSGLD's importance weights), or ``None``
+    for equally weighted draws, or with a warning when they cannot be computed."""
+    kernel = mcmc.sampler
+    needed = tuple(getattr(kernel, "weight_fields", ()))
+    if not needed:
+        return None
+    name = getattr(kernel, "kernel_name", type(kernel).__name__)
+    missing = [field for field in needed if field not in extra_fields]
+    if missing or getattr(mcmc, "last_state", None) is None:
         what = (f"the extra field(s) {missing} were not collected" if missing
-                else "mcmc.last_state (with the histogram theta) is not available")
+                else "mcmc.last_state is not available")
         warnings.warn(
-            f"to_inference_data: this is an ICSGLD run, whose draws target a flattened distribution, but {what}, "
-            "so sample_stats.importance_weight is left out and the InferenceData describes the flattened "
-            f"distribution only. Run it with mcmc.run(..., extra_fields={_ICSGLD_FIELDS!r}) and convert the MCMC "
-            "object after the run.",
+            f"to_inference_data: this is an {name} run, whose draws carry weights (they target a flattened "
+            f"distribution), but {what}, so sample_stats.importance_weight is left out and the InferenceData "
+            f"describes the flattened distribution only. Run it with mcmc.run(..., extra_fields={needed!r}) and "
+            "convert the MCMC object after the run.",
             UserWarning,
             stacklevel=3,
         )
         return None
     try:
-        weights = importance_weights(mcmc, group_by_chain=True)
+        weights = kernel.sample_weights(mcmc)
     except ValueError as err:  # every draw in the overflow bin: no weights to report, the draws still convert
         warnings.warn(f"to_inference_data: sample_stats.importance_weight is left out: {err}", RuntimeWarning,
                       stacklevel=3)
@@ -106,7 +101,7 @@ def _icsgld_weights(mcmc, extra_fields: dict, chain_draw: tuple[int, int]) -> np
     weights = np.asarray(weights, np.float64)
     if weights.shape != chain_draw:
         raise ValueError(
-            f"the ICSGLD importance weights have shape {weights.shape}, the draws {chain_draw} (chain, draw)."
+            f"the {name} sample weights have shape {weights.shape}, the draws {chain_draw} (chain, draw)."
         )
     return weights
 
@@ -238,7 +233,7 @@ def to_inference_data(
     groups: dict = {"posterior": posterior}
     extra_fields = mcmc.get_extra_fields(group_by_chain=True)
     stats = _sample_stats(extra_fields, chain_draw)
-    weights = _icsgld_weights(mcmc, extra_fields, chain_draw) if _is_icsgld(mcmc.sampler) else None
+    weights = _sample_weights(mcmc, extra_fields, chain_draw)
     if weights is not None:
         stats["importance_weight"] = weights
     if stats:

@@ -136,3 +136,12 @@ def test_no_private_kernel_names_outside_the_kernels():
             if inside_kernels and (name.startswith("_") or any(p.startswith("_") for p in module.split(".")[2:])):
                 offenders.append((str(path.relative_to(PACKAGE)), f"{module}.{name}", line))
     assert offenders == []
+
+
+def test_generic_layers_ask_kernels_through_hooks():
+    """``inference_data`` and ``runs/`` know no kernel: they ask through ChainKernel's hooks (``sample_weights``,
+    ``checkpoint_state``, ``resumed_state``, ``run_warnings``) rather than importing kernel modules (issue #31)."""
+    generic = [PACKAGE / "inference_data.py", *sorted((PACKAGE / "runs").glob("*.py"))]
+    offenders = [(path.name, module, line) for path in generic for module, _, line in _imported_names(path)
+                 if module.startswith("numpyro_mile.kernels")]
+    assert offenders == []

@@ -126,6 +126,18 @@ class ChainKernel(MCMCKernel):
             return _programs.join_data(self._data.key, data)
         return tuple(model_args), model_kwargs
 
+    #: extra fields :meth:`sample_weights` reads (``mcmc.run(..., extra_fields=...)``); none for equal weights
+    weight_fields: tuple[str, ...] = ()
+
+    def sample_weights(self, mcmc) -> np.ndarray | None:
+        """Weights of the draws of ``mcmc`` (a run of this kernel), shape ``(chains, draws)``, summing to 1, or
+        ``None`` when every draw weighs the same (all kernels but ICSGLD, whose draws target a flattened
+        distribution). :func:`numpyro_mile.to_inference_data` stores them as ``sample_stats.importance_weight``.
+
+        :raises ValueError: when they cannot be computed from this run.
+        """
+        return None
+
     def checkpoint_state(self, state):
         """``state`` as a checkpoint stores it (:mod:`numpyro_mile.runs`): without the model data it carries
         (``data``, see :meth:`model_data`), which :meth:`resumed_state` attaches again."""

@@ -307,6 +307,14 @@ class ICSGLD(MinibatchKernel):
         return super().run_warnings(state) + ([] if bins is None else [bins])
 
     # ------------------------------------------------------------------ results
+    weight_fields = ("bin",)
+
+    def sample_weights(self, mcmc) -> np.ndarray:
+        """:func:`importance_weights` of ``mcmc`` with the final histogram, shape ``(chains, draws)``."""
+        if getattr(mcmc.last_state, "theta", None) is None:
+            raise ValueError("mcmc.last_state holds no histogram (theta); convert the MCMC object after its run.")
+        return importance_weights(mcmc, group_by_chain=True)
+
     def density_of_states(self, state: ICSGLDState) -> np.ndarray:
         """Estimated probability mass of each energy bin, shape ``(num_bins,)``, summing to 1.
 
