@@ -10,6 +10,7 @@ import inspect
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import numpyro
 
@@ -108,3 +109,31 @@ def check_plates(trace: dict) -> None:
             pass
     for warning in caught:
         warnings.warn(warning.message, warning.category, stacklevel=user_stacklevel())
+
+
+def check_init_params(init_params, shapes: dict, lead: tuple = (), *, dtype=None, hint: str = "") -> dict:
+    """User ``init_params`` checked against the model's latent sites, as JAX arrays.
+
+    :param init_params: what the user passed: a dict of unconstrained values, one per latent site.
+    :param shapes: each latent site's unconstrained shape, ``{name: shape}``.
+    :param lead: the leading axes every value must have first (``(num_chains,)`` for batched chains).
+    :param dtype: convert the values to this dtype (``None``: keep theirs).
+    :param hint: advice appended to a shape error (e.g. how to index one ensemble member).
+    :return: ``{name: array of shape lead + shapes[name]}``.
+    :raises ValueError: naming the sites or the site whose shape is wrong, and the shape expected.
+    """
+    if not isinstance(init_params, dict) or set(init_params) != set(shapes):
+        got = sorted(init_params) if isinstance(init_params, dict) else type(init_params).__name__
+        raise ValueError(
+            f"init_params must be a dict with one unconstrained array per latent site {sorted(shapes)}, got {got}. "
+            "Use deep_ensemble(...).init_params or numpyro.infer.util.initialize_model(...).param_info.z."
+        )
+    checked = {}
+    for name, shape in shapes.items():
+        value = jnp.asarray(init_params[name], dtype)
+        expected = tuple(lead) + tuple(shape)
+        if tuple(value.shape) != expected:
+            raise ValueError(f"init_params[{name!r}] has shape {tuple(value.shape)}, expected {expected}"
+                             + (f" ({hint})." if hint else "."))
+        checked[name] = value
+    return checked

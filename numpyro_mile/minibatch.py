@@ -47,7 +47,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn, potential_energy
 
 from . import _model_utils as mu
-from ._validation import check_plates
+from ._validation import check_init_params, check_plates
 
 __all__ = ["MinibatchModel", "draw_indices", "sample_without_replacement", "subsampled_plates"]
 
@@ -291,22 +291,7 @@ class MinibatchModel:
 
     def check_init_params(self, init_params, num_chains: int, batched: bool) -> dict:
         """Validate user ``init_params`` and return them with a leading chain axis."""
-        shapes = self.latent_shapes
-        if not isinstance(init_params, dict) or set(init_params) != set(shapes):
-            got = sorted(init_params) if isinstance(init_params, dict) else type(init_params).__name__
-            raise ValueError(
-                f"init_params must be a dict with one unconstrained array per latent site {sorted(shapes)}, "
-                f"got {got}."
-            )
         lead = (num_chains,) if batched else ()
-        out = {}
-        for name, shape in shapes.items():
-            value = jnp.asarray(init_params[name])
-            expected = lead + shape
-            if tuple(value.shape) != expected:
-                raise ValueError(
-                    f"init_params[{name!r}] has shape {tuple(value.shape)}, expected {expected}"
-                    + (" (a leading axis of size num_chains, then the site's shape)." if batched else ".")
-                )
-            out[name] = value if batched else value[None]
-        return out
+        checked = check_init_params(init_params, self.latent_shapes, lead,
+                                    hint="a leading axis of size num_chains, then the site's shape" if batched else "")
+        return checked if batched else {name: value[None] for name, value in checked.items()}

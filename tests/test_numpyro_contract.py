@@ -177,3 +177,15 @@ def test_numpyros_model_check_runs_for_minibatch_kernels(name):
         mcmc.run(jax.random.PRNGKey(0), X_, Y_, subsample_size=10)
     caught = [w for w in record if "Missing a plate statement" in str(w.message)]
     assert caught and all(w.filename == __file__ for w in caught)
+
+
+@pytest.mark.parametrize("name, make, model_kwargs", kernels(), ids=[k[0] for k in kernels()])
+def test_bad_init_params_get_one_message_from_every_kernel(name, make, model_kwargs):
+    """Every kernel checks ``init_params`` with the one helper: a wrong site name or a wrong shape raises
+    the same error, naming the sites or the shape expected."""
+    for bad, message in [({"nope": jnp.zeros((2, X.shape[1]))}, r"one unconstrained array per latent site \['w'\]"),
+                         ({"w": jnp.zeros((2, 3))}, r"init_params\['w'\] has shape \(2, 3\), expected \(2, 4\) "
+                                                        r"\(a leading axis of size num_chains")]:
+        mcmc = MCMC(make(), num_warmup=100, num_samples=5, num_chains=2, chain_method="vectorized", progress_bar=False)
+        with pytest.raises(ValueError, match=message):
+            mcmc.run(jax.random.PRNGKey(0), X, Y, init_params=bad, **model_kwargs)

@@ -25,6 +25,7 @@ from numpyro.infer.util import potential_energy
 from numpyro.primitives import Messenger
 
 from .. import _model_utils as mu
+from .._validation import check_init_params
 from ..ensemble import init_member_params
 from ..minibatch import MinibatchModel, draw_indices
 
@@ -193,19 +194,8 @@ class Problem:
         """User ``init_params`` (unconstrained, checked) or a LeCun-normal start as in the deep ensemble."""
         if init_params is None:
             return init_member_params(rng_key, self.trace)
-        shapes = self.minibatch.latent_shapes
-        if not isinstance(init_params, dict) or set(init_params) != set(shapes):
-            got = sorted(init_params) if isinstance(init_params, dict) else type(init_params).__name__
-            raise ValueError(f"init_params must be a dict with one unconstrained array per latent site "
-                             f"{sorted(shapes)}, got {got}.")
-        out = {}
-        for name, shape in shapes.items():
-            value = jnp.asarray(init_params[name], jnp.result_type(float))
-            if value.shape != shape:
-                raise ValueError(f"init_params[{name!r}] has shape {value.shape}, expected {shape} (one member: "
-                                 "index a deep ensemble's init_params, e.g. {k: v[0] for k, v in ...}).")
-            out[name] = value
-        return out
+        return check_init_params(init_params, self.minibatch.latent_shapes, dtype=jnp.result_type(float),
+                                 hint="one member: index a deep ensemble's init_params, e.g. {k: v[0] for k, v in ...}")
 
     # -- densities --------------------------------------------------------------------------
     def log_likelihood(self, unconstrained: dict, rng_key) -> jax.Array:

@@ -26,7 +26,7 @@ from numpyro.util import is_prng_key
 from .. import _model_utils as mu
 from .. import _programs
 from .._arrays import chain_mesh_of, default_chain_sharding, place_chains
-from .._validation import MISSING_PLATE, check_plates, is_concrete
+from .._validation import MISSING_PLATE, check_init_params, check_plates, is_concrete
 from ..ensemble import DeepEnsemble, fit_members, pretraining_plate
 from . import _mclmc as mclmc
 from ._base import ChainKernel, over_chains
@@ -644,24 +644,11 @@ class MILE(ChainKernel):
         return jax.tree.map(lambda x: x[None], init_params)
 
     def _check_init_params(self, init_params, trace, num_chains):
-        sites = mu.latent_sites(trace)
-        if not isinstance(init_params, dict) or set(init_params) != set(sites):
-            got = sorted(init_params) if isinstance(init_params, dict) else type(init_params).__name__
-            raise ValueError(
-                f"init_params must be a dict with one unconstrained array per latent site {sorted(sites)}, "
-                f"got {got}. Use deep_ensemble(...).init_params or initialize_model(...).param_info.z."
-            )
+        """User ``init_params`` checked against the model's latent sites, with a leading chain axis."""
         lead = (num_chains,) if self._config.batched else ()
-        shapes = mu.unconstrained_shapes(trace)
-        for name in sites:
-            expected = lead + shapes[name]
-            if tuple(jnp.shape(init_params[name])) != expected:
-                raise ValueError(
-                    f"init_params[{name!r}] has shape {tuple(jnp.shape(init_params[name]))}, expected {expected} "
-                    "(a leading axis of size num_chains, then the site's shape)."
-                )
-        init_params = {k: jnp.asarray(v) for k, v in init_params.items()}
-        return init_params if self._config.batched else jax.tree.map(lambda x: x[None], init_params)
+        init_params = check_init_params(init_params, mu.unconstrained_shapes(trace), lead,
+                                        hint="a leading axis of size num_chains, then the site's shape" if lead else "")
+        return init_params if lead else jax.tree.map(lambda x: x[None], init_params)
 
     def _map_optimise(self, params, potential_fn):
         optimizer = optax.adam(self.map_learning_rate)
