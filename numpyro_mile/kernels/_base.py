@@ -24,13 +24,17 @@ function of the kernel's module. This module holds, once, what every kernel need
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable
 
 import jax
 import numpy as np
 from numpyro.infer.mcmc import MCMCKernel
 
+from .. import _model_utils as mu
 from .. import _programs
+from .._validation import is_concrete
+from ..ensemble import fit_members, pretraining_plate
 
 __all__ = ["ChainKernel", "over_chains", "rejected_steps_message"]
 
@@ -80,6 +84,26 @@ class ChainKernel(MCMCKernel):
         # NumPyro calls ``init`` again for a run from ``mcmc.post_warmup_state`` while this is None: every
         # kernel sets it once initialised (:meth:`initialised`), so a continuation never pretrains again
         self._sample_fn = None
+
+    def pretrained_members(self, trace: dict, member_keys, model_args: tuple, model_kwargs: dict) -> dict | None:
+        """A deep ensemble's members as initial positions (unconstrained, leading member axis), one per key of
+        ``member_keys`` (shape ``(members, 2)``), trained on the model's observation plate with the kernel's
+        ``ensemble_options``; ``None``, after a warning saying why, when the model has no such plate. The
+        ensemble is kept in ``self.ensembles`` (not under ``pmap``, where its arrays are traced).
+
+        :param trace: a trace of the model on ``model_args`` (to find the plate).
+        """
+        options = {"progress_bar": True, **self.ensemble_options}
+        if pretraining_plate(trace, options.get("plate_name"), self.kernel_name) is None:
+            return None
+        with warnings.catch_warnings():
+            # the ensemble draws its own minibatches through the plate; NumPyro notes that their size is not the
+            # model's subsample_size, which is expected here (the members are the same with or without it)
+            warnings.filterwarnings("ignore", message=mu.SUBSAMPLE_MISMATCH, category=UserWarning)
+            ensemble = fit_members(self._model, member_keys, model_args, model_kwargs, **options)
+        if is_concrete(member_keys):
+            self.ensembles.append(ensemble)
+        return ensemble.init_params
 
     def initialised(self, state):
         """``state``, after marking the kernel initialised (see ``_sample_fn`` above)."""

@@ -27,7 +27,7 @@ from .. import _model_utils as mu
 from .. import _programs
 from .._arrays import chain_mesh_of, default_chain_sharding, place_chains
 from .._validation import MISSING_PLATE, check_init_params, check_plates, is_concrete
-from ..ensemble import DeepEnsemble, fit_members, pretraining_plate
+from ..ensemble import DeepEnsemble
 from . import _mclmc as mclmc
 from ._base import ChainKernel, over_chains
 from . import _mile_tuning as tuning
@@ -479,15 +479,9 @@ class MILE(ChainKernel):
                                     lambda *args, **kwargs: without_auxiliary(postprocess_gen(*args, **kwargs)))
 
         if init_params is None:
-            has_plate = (self.pretrain and latent_dim > 0
-                         and pretraining_plate(trace, self.ensemble_options.get("plate_name"), "MILE") is not None)
-            if has_plate:
-                options = {"progress_bar": True, **self.ensemble_options}
-                ensemble = fit_members(self._model, pretrain_keys, model_args, model_kwargs, **options)
-                if is_concrete(pretrain_keys):  # not under pmap: keep the ensemble for the user
-                    self.ensembles.append(ensemble)
-                init_params = ensemble.init_params
-            else:
+            if self.pretrain and latent_dim > 0:
+                init_params = self.pretrained_members(trace, pretrain_keys, model_args, model_kwargs)
+            if init_params is None:
                 with warnings.catch_warnings():  # checked above, at the user's line
                     warnings.filterwarnings("ignore", message=MISSING_PLATE)
                     init_params = initialize_model(

@@ -41,7 +41,6 @@ aligns it with the gradient).
 
 from __future__ import annotations
 
-import warnings
 from typing import Callable, NamedTuple
 
 import jax
@@ -52,8 +51,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import is_prng_key
 
 from .. import _model_utils as mu
-from .._validation import is_concrete
-from ..ensemble import DeepEnsemble, fit_members, pretraining_plate
+from ..ensemble import DeepEnsemble
 from . import _mclmc as mclmc
 from . import _smile_tuning as tuner
 from ._langevin import MinibatchKernel, as_jax_args
@@ -367,25 +365,14 @@ class SMILE(MinibatchKernel):
         return self._mb.indexed_potential_fn(*as_jax_args(model_args, model_kwargs))
 
     def _pretrained(self, rng_key, model_args, model_kwargs):
-        """A deep ensemble's members as ``init_params`` (a chain axis when vectorized), or ``None`` when the
-        model has no observation plate to pretrain on (with a warning saying why)."""
+        """:meth:`pretrained_members` for these chains (a chain axis when vectorized), or ``None``."""
         batched = not is_prng_key(rng_key)
         keys = rng_key if batched else rng_key[None]
         model_args, model_kwargs = as_jax_args(model_args, model_kwargs)
         trace = mu.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
-        if pretraining_plate(trace, self.ensemble_options.get("plate_name"), self.kernel_name) is None:
-            return None
         member_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)  # chain k's member depends on its key only
-        with warnings.catch_warnings():
-            # the ensemble draws its own minibatches through the plate; NumPyro notes that their size is not the
-            # model's subsample_size, which is expected here (the members are the same with or without it)
-            warnings.filterwarnings("ignore", message=mu.SUBSAMPLE_MISMATCH, category=UserWarning)
-            ensemble = fit_members(self._model, member_keys, model_args, model_kwargs,
-                                   **{"progress_bar": True, **self.ensemble_options})
-        if is_concrete(member_keys):  # not under pmap: keep the ensemble for the user
-            self.ensembles.append(ensemble)
-        params = ensemble.init_params
-        return params if batched else jax.tree.map(lambda x: x[0], params)
+        params = self.pretrained_members(trace, member_keys, model_args, model_kwargs)
+        return params if params is None or batched else jax.tree.map(lambda x: x[0], params)
 
     def _init_state(self, z, energy, grad, key) -> SMILEState:
         flat, _ = ravel_pytree(z)
