@@ -30,6 +30,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 from numpyro.infer.mcmc import MCMCKernel
+from numpyro.util import is_prng_key
 
 from .. import _model_utils as mu
 from .. import _programs
@@ -84,6 +85,13 @@ class ChainKernel(MCMCKernel):
         # NumPyro calls ``init`` again for a run from ``mcmc.post_warmup_state`` while this is None: every
         # kernel sets it once initialised (:meth:`initialised`), so a continuation never pretrains again
         self._sample_fn = None
+
+    @staticmethod
+    def split_chains(rng_key) -> tuple[jax.Array, bool]:
+        """NumPyro's ``rng_key`` for ``init`` as ``(keys of shape (chains, 2), batched)``: one key per chain, and
+        whether the run is ``vectorized`` (NumPyro passes one key per chain) rather than one chain's key."""
+        batched = not is_prng_key(rng_key)
+        return (rng_key if batched else rng_key[None]), batched
 
     def pretrained_members(self, trace: dict, member_keys, model_args: tuple, model_kwargs: dict) -> dict | None:
         """A deep ensemble's members as initial positions (unconstrained, leading member axis), one per key of

@@ -22,7 +22,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from numpyro.util import is_prng_key
 
 from .. import _programs
 from .._arrays import as_jax_arrays, to_host
@@ -244,8 +243,7 @@ class MinibatchKernel(ChainKernel):
     def _init_independent(self, rng_key, init_params, model_args, model_kwargs):
         """``init`` of chains that do not interact: one chain (``rng_key`` a key) or a batch of them (a
         leading axis of keys: ``vectorized``), each state made by ``self._init_state(z, energy, grad, key)``."""
-        self._batched = not is_prng_key(rng_key)
-        keys = rng_key if self._batched else rng_key[None]
+        keys, self._batched = self.split_chains(rng_key)
         state = self._init_chains(keys, init_params, model_args, model_kwargs, self._batched, self._init_state,
                                   self.state_axes)
         if not self._batched:

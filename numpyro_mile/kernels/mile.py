@@ -21,7 +21,6 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import PartitionSpec
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
-from numpyro.util import is_prng_key
 
 from .. import _model_utils as mu
 from .. import _programs
@@ -441,8 +440,7 @@ class MILE(ChainKernel):
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
-        batched = not is_prng_key(rng_key)
-        keys = rng_key if batched else rng_key[None]
+        keys, batched = self.split_chains(rng_key)
         num_chains = keys.shape[0]
         schedule = tuning.make_schedule(
             num_warmup, phase_split=self.phase_split, target_energy_variance=self.target_energy_variance,

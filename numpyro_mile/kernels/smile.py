@@ -48,7 +48,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.util import is_prng_key
 
 from .. import _model_utils as mu
 from ..ensemble import DeepEnsemble
@@ -366,8 +365,7 @@ class SMILE(MinibatchKernel):
 
     def _pretrained(self, rng_key, model_args, model_kwargs):
         """:meth:`pretrained_members` for these chains (a chain axis when vectorized), or ``None``."""
-        batched = not is_prng_key(rng_key)
-        keys = rng_key if batched else rng_key[None]
+        keys, batched = self.split_chains(rng_key)
         model_args, model_kwargs = as_jax_args(model_args, model_kwargs)
         trace = mu.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
         member_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)  # chain k's member depends on its key only
