@@ -39,6 +39,9 @@ biases the weights towards that mode; bins narrow compared with the energy sprea
 the regular bins are not flattened and get weight 0, and ``theta`` of the overflow bin is not
 pinned down by the dynamics: cover every energy the chains will see.
 
+The module reads as the other kernels do: :class:`ICSGLDState`, :class:`ICSGLDConfig` (built by ``init``),
+the pure :func:`icsgld_init` / :func:`icsgld_step` of all walkers, and the thin :class:`ICSGLD` class.
+
 Walkers on several devices (:func:`numpyro_mile.run_distributed`): the mean in ``H`` runs over
 the real walkers (``state.active``; padding copies are masked out) and becomes one cross-device
 all-reduce of the ``m`` bin values per step; positions and gradients never leave their device.
@@ -70,7 +73,8 @@ from numpyro.util import is_prng_key
 
 from ._langevin import MinibatchKernel, sgld_transition
 
-__all__ = ["ICSGLD", "ICSGLDState", "default_sa_schedule", "importance_weights"]
+__all__ = ["ICSGLD", "ICSGLDConfig", "ICSGLDState", "default_sa_schedule", "energy_bins", "gradient_multiplier",
+           "icsgld_init", "icsgld_step", "importance_weights", "log_weight"]
 
 
 class _ICSGLDFields(NamedTuple):
@@ -170,6 +174,104 @@ def _bins_message(low, high, u_min, u_max, iteration) -> str | None:
                 "and energies above into the overflow bin, which gets importance weight 0. Choose min_energy below "
                 "the lowest energy and num_bins * bin_width wide enough (see kernel.energy_range(state)).")
     return None
+
+
+class ICSGLDConfig(NamedTuple):
+    """Settings of one ICSGLD run (fixed when ``init`` runs; see :class:`ICSGLD` for their meaning).
+
+    :ivar num_active_chains: real walkers when the walker axis is padded for sharding (the first ones);
+        ``None``: all.
+    """
+
+    step_size: float
+    zeta: float
+    num_bins: int
+    bin_width: float
+    min_energy: float
+    sa_schedule: Callable
+    temperature: float
+    multiplier_clip: tuple[float, float] | None
+    csgld: bool
+    num_active_chains: int | None = None
+
+
+def energy_bins(energy, config: ICSGLDConfig) -> jax.Array:
+    """Bin ``J(u) = clip(floor((u - u_min) / du + 1), 1, m - 1)`` of each energy (non-finite: the overflow bin)."""
+    m = config.num_bins
+    scaled = jnp.floor((energy - config.min_energy) / config.bin_width + 1)
+    return jnp.clip(jnp.where(jnp.isfinite(energy), scaled, m - 1), 1, m - 1).astype(jnp.int32)
+
+
+def log_weight(log_theta, bins, config: ICSGLDConfig) -> jax.Array:
+    """Log importance weight ``zeta * log theta[J]`` of each bin (``-inf`` in the overflow bin)."""
+    log_w = config.zeta * log_theta[bins]
+    return jnp.where(bins == config.num_bins - 1, -jnp.inf, log_w)
+
+
+def gradient_multiplier(log_theta, bins, config: ICSGLDConfig) -> jax.Array:
+    """The flattening multiplier of each walker's gradient (1 in the overflow bin; clipped when asked)."""
+    lower = jnp.maximum(bins - 1, 1)
+    mult = 1 + config.zeta * config.temperature * (log_theta[bins] - log_theta[lower]) / config.bin_width
+    mult = jnp.where(bins == config.num_bins - 1, 1.0, mult)
+    if config.multiplier_clip is not None:
+        mult = jnp.clip(mult, *config.multiplier_clip)
+    return mult
+
+
+def icsgld_init(z, energy, grad, keys, config: ICSGLDConfig) -> ICSGLDState:
+    """The ensemble's initial state from the walkers' positions ``z``, energies, gradients and keys (a leading
+    walker axis each): ``theta`` decreasing linearly over the bins, the first ``num_active_chains`` walkers active."""
+    m, dtype = config.num_bins, energy.dtype
+    theta = jnp.arange(m, 0, -1, dtype=dtype)
+    theta = theta / theta.sum()
+    J = energy_bins(energy, config)
+    finite = jnp.isfinite(energy)
+    if config.num_active_chains is None:
+        active = jnp.ones(energy.shape, bool)
+    else:  # jit: the mask is laid out like the (sharded) walkers
+        num_active = int(config.num_active_chains)
+        active = jax.jit(lambda e: jnp.arange(e.shape[0]) < num_active)(energy)
+    return ICSGLDState(
+        i=jnp.asarray(0), z=z, potential_energy=energy, z_grad=grad, bin=J,
+        log_weight=log_weight(jnp.log(theta), J, config), multiplier=jnp.ones_like(energy),
+        num_nans=jnp.zeros(energy.shape, jnp.int32), active=active, theta=theta,
+        energy_min=jnp.min(jnp.where(finite, energy, jnp.inf)),
+        energy_max=jnp.max(jnp.where(finite, energy, -jnp.inf)),
+        rng_key=keys,
+    )
+
+
+def icsgld_step(state: ICSGLDState, potential: Callable, config: ICSGLDConfig) -> ICSGLDState:
+    """One ICSGLD iteration of all walkers (the module docstring's algorithm); ``potential(z, key)`` is the
+    minibatch potential energy of one walker."""
+    theta = state.theta
+    log_theta = jnp.log(theta)
+    mult = gradient_multiplier(log_theta, state.bin, config)
+    dtype = state.potential_energy.dtype
+    step_size = jnp.asarray(config.step_size, dtype)
+
+    def chain(z, energy, grad, rng_key, multiplier):
+        return sgld_transition(rng_key, z, energy, grad, potential, step_size, config.temperature, multiplier)
+
+    keys, z, energy, grad, ok = jax.vmap(chain)(state.z, state.potential_energy, state.z_grad, state.rng_key, mult)
+    J = energy_bins(energy, config)
+    weight = theta[J] if not config.csgld else jnp.exp(config.zeta * log_theta[J])
+    onehot = jax.nn.one_hot(J, config.num_bins, dtype=dtype)
+    # mean over the real walkers; with the walker axis sharded over devices this is one all-reduce of
+    # m numbers (and one of a count), never of positions
+    active = state.active.astype(dtype)
+    H = jnp.sum(active[:, None] * weight[:, None] * (onehot - theta[None, :]), axis=0) / jnp.sum(active)
+    omega = jnp.asarray(config.sa_schedule(state.i + 1), dtype)
+    theta_new = theta + omega * H
+    finite = jnp.isfinite(energy) & state.active
+    return ICSGLDState(
+        i=state.i + 1, z=z, potential_energy=energy, z_grad=grad, bin=J,
+        log_weight=log_weight(jnp.log(theta_new), J, config), multiplier=mult,
+        num_nans=state.num_nans + jnp.where(ok, 0, 1), active=state.active, theta=theta_new,
+        energy_min=jnp.minimum(state.energy_min, jnp.min(jnp.where(finite, energy, jnp.inf))),
+        energy_max=jnp.maximum(state.energy_max, jnp.max(jnp.where(finite, energy, -jnp.inf))),
+        rng_key=keys,
+    )
 
 
 class ICSGLD(MinibatchKernel):
@@ -290,15 +392,18 @@ class ICSGLD(MinibatchKernel):
                 "Use MCMC(..., num_chains=P, chain_method='vectorized') with P >= 2 "
                 "(sequential and parallel chains cannot interact)."
             )
-        state = self._init_chains(rng_key, init_params, model_args, model_kwargs, True, self._init_state)
-        if self.num_active_chains is not None:
-            num_active = int(self.num_active_chains)  # jit: the mask is laid out like the (sharded) walkers
-            state = state._replace(active=jax.jit(lambda e: jnp.arange(e.shape[0]) < num_active)(
-                state.potential_energy))
+        self._config = ICSGLDConfig(self.step_size, self.zeta, self.num_bins, self.bin_width, self.min_energy,
+                                    self.sa_schedule, self.temperature, self.multiplier_clip, self.csgld,
+                                    self.num_active_chains)
+        config = self._config
+        state = self._init_chains(rng_key, init_params, model_args, model_kwargs, True,
+                                  lambda z, energy, grad, keys: icsgld_init(z, energy, grad, keys, config))
         return self._with_data(state)
 
     def sample(self, state: ICSGLDState, model_args, model_kwargs) -> ICSGLDState:
-        return self._step_on_data(state, model_args, model_kwargs, self._step)
+        config = self._config
+        return self._step_on_data(state, model_args, model_kwargs,
+                                  lambda s, potential: icsgld_step(s, potential, config))
 
     def run_warnings(self, state: ICSGLDState) -> list[str]:
         """Rejected steps, and energies seen outside the regular bins (from ``mcmc.last_state``)."""
@@ -345,71 +450,6 @@ class ICSGLD(MinibatchKernel):
                                 state.i)
         if message is not None:
             warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-    # ------------------------------------------------------------------ internals
-    def _bins(self, energy):
-        m = self.num_bins
-        scaled = jnp.floor((energy - self.min_energy) / self.bin_width + 1)
-        J = jnp.clip(jnp.where(jnp.isfinite(energy), scaled, m - 1), 1, m - 1).astype(jnp.int32)
-        return J
-
-    def _log_weight(self, log_theta, J):
-        log_w = self.zeta * log_theta[J]
-        return jnp.where(J == self.num_bins - 1, -jnp.inf, log_w)
-
-    def _multiplier(self, log_theta, J):
-        lower = jnp.maximum(J - 1, 1)
-        mult = 1 + self.zeta * self.temperature * (log_theta[J] - log_theta[lower]) / self.bin_width
-        mult = jnp.where(J == self.num_bins - 1, 1.0, mult)
-        if self.multiplier_clip is not None:
-            mult = jnp.clip(mult, *self.multiplier_clip)
-        return mult
-
-    def _init_state(self, z, energy, grad, keys) -> ICSGLDState:
-        m, dtype = self.num_bins, energy.dtype
-        theta = jnp.arange(m, 0, -1, dtype=dtype)
-        theta = theta / theta.sum()
-        J = self._bins(energy)
-        finite = jnp.isfinite(energy)
-        return ICSGLDState(
-            i=jnp.asarray(0), z=z, potential_energy=energy, z_grad=grad, bin=J,
-            log_weight=self._log_weight(jnp.log(theta), J), multiplier=jnp.ones_like(energy),
-            num_nans=jnp.zeros(energy.shape, jnp.int32), active=jnp.ones(energy.shape, bool), theta=theta,
-            energy_min=jnp.min(jnp.where(finite, energy, jnp.inf)),
-            energy_max=jnp.max(jnp.where(finite, energy, -jnp.inf)),
-            rng_key=keys,
-        )
-
-    def _step(self, state: ICSGLDState, potential: Callable) -> ICSGLDState:
-        theta = state.theta
-        log_theta = jnp.log(theta)
-        mult = self._multiplier(log_theta, state.bin)
-        dtype = state.potential_energy.dtype
-        step_size = jnp.asarray(self.step_size, dtype)
-
-        def chain(z, energy, grad, rng_key, multiplier):
-            return sgld_transition(rng_key, z, energy, grad, potential, step_size, self.temperature, multiplier)
-
-        keys, z, energy, grad, ok = jax.vmap(chain)(state.z, state.potential_energy, state.z_grad, state.rng_key,
-                                                   mult)
-        J = self._bins(energy)
-        weight = theta[J] if not self.csgld else jnp.exp(self.zeta * log_theta[J])
-        onehot = jax.nn.one_hot(J, self.num_bins, dtype=dtype)
-        # mean over the real walkers; with the walker axis sharded over devices this is one all-reduce of
-        # m numbers (and one of a count), never of positions
-        active = state.active.astype(dtype)
-        H = jnp.sum(active[:, None] * weight[:, None] * (onehot - theta[None, :]), axis=0) / jnp.sum(active)
-        omega = jnp.asarray(self.sa_schedule(state.i + 1), dtype)
-        theta_new = theta + omega * H
-        finite = jnp.isfinite(energy) & state.active
-        return ICSGLDState(
-            i=state.i + 1, z=z, potential_energy=energy, z_grad=grad, bin=J,
-            log_weight=self._log_weight(jnp.log(theta_new), J), multiplier=mult,
-            num_nans=state.num_nans + jnp.where(ok, 0, 1), active=state.active, theta=theta_new,
-            energy_min=jnp.minimum(state.energy_min, jnp.min(jnp.where(finite, energy, jnp.inf))),
-            energy_max=jnp.maximum(state.energy_max, jnp.max(jnp.where(finite, energy, -jnp.inf))),
-            rng_key=keys,
-        )
 
 
 def importance_weights(mcmc, *, final_theta: bool = True, group_by_chain: bool = False) -> np.ndarray:
