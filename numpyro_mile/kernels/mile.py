@@ -213,7 +213,7 @@ def record(state: MILEState, i, config: MILEConfig) -> MILEState:
     return state._replace(adapt=adapt)
 
 
-def step(state: MILEState, potential_fn: Callable, config: MILEConfig) -> MILEState:
+def mile_step(state: MILEState, potential_fn: Callable, config: MILEConfig) -> MILEState:
     """One MILE step of every chain in ``state`` (one chain, or all with ``config.batched``).
 
     The MCLMC move; during warmup (``state.i < num_warmup``) the tuning bookkeeping of Phases
@@ -546,7 +546,7 @@ class MILE(ChainKernel):
 
     def step_fn(self, state: MILEState, potential_fn: Callable) -> MILEState:
         """:func:`step` with this run's configuration (after ``init``)."""
-        return step(state, potential_fn, self._config)
+        return mile_step(state, potential_fn, self._config)
 
     # ------------------------------------------------------------------ cost
     @staticmethod
