@@ -32,7 +32,7 @@ Typical use with a model of :mod:`numpyro_mile.models`, whose outputs (``mu``/``
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping, NamedTuple, Sequence
+from typing import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -43,24 +43,12 @@ from numpyro.infer.util import log_likelihood as _numpyro_log_likelihood
 from . import _model_utils as mu
 from . import metrics
 from . import _programs
+from ._moments import Moments, merge_moments
 
 __all__ = ["Moments", "evaluate_classification", "evaluate_regression", "full_plate_model", "log_likelihood",
            "predict", "predictive_probs"]
 
 _REDUCTIONS = (None, "moments")
-
-
-class Moments(NamedTuple):
-    """Mean and (population, ``ddof=0``) variance over posterior samples of one site.
-
-    :ivar mean: ``mean_s x[s]``, shape of one sample of the site, ``float64``.
-    :ivar var: ``mean_s (x[s] - mean)^2``, same shape, ``float64``.
-    :ivar num_samples: number of samples ``S`` reduced over.
-    """
-
-    mean: np.ndarray
-    var: np.ndarray
-    num_samples: int
 
 
 def _on_trace() -> None:
@@ -198,11 +186,7 @@ class _Accumulator:
         if self.n == 0:
             self.n, self.mean, self.m2 = n, mean, m2
             return
-        total = self.n + n
-        delta = mean - self.mean
-        self.mean = self.mean + delta * (n / total)
-        self.m2 = self.m2 + m2 + delta**2 * (self.n * n / total)
-        self.n = total
+        self.n, self.mean, self.m2 = merge_moments(self.n, self.mean, self.m2, n, mean, m2)
 
     def result(self) -> Moments:
         return Moments(self.mean, self.m2 / self.n, self.n)

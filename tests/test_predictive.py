@@ -83,7 +83,7 @@ def test_moments_equal_numpy(data, samples, reference, count_traces):
     assert len(count_traces) == 1
     for name, ref in reference.items():
         full = ref.astype(np.float64)
-        assert isinstance(out[name], P.Moments) and out[name].num_samples == NUM_SAMPLES
+        assert isinstance(out[name], P.Moments) and out[name].count == NUM_SAMPLES
         np.testing.assert_allclose(out[name].mean, full.mean(axis=0), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(out[name].var, full.var(axis=0), rtol=1e-4, atol=1e-6)
 

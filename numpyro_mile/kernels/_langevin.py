@@ -29,7 +29,7 @@ from .._validation import user_stacklevel
 from ..minibatch import MinibatchModel
 from ._base import ChainKernel
 
-__all__ = ["MinibatchKernel", "Moments", "RunningMoments", "as_jax_args", "as_schedule", "build_init", "chain_keys",
+__all__ = ["MinibatchKernel", "RunningMoments", "as_jax_args", "as_schedule", "build_init", "chain_keys",
            "check_initial_state", "langevin_move", "polynomial_schedule", "sgld_transition", "welford"]
 
 
@@ -45,19 +45,6 @@ class RunningMoments(NamedTuple):
     count: jax.Array
     mean: dict
     m2: dict
-
-
-class Moments(NamedTuple):
-    """Mean and variance of iterates (returned by :meth:`SGLD.running_moments`).
-
-    :ivar mean: dict site -> mean (unconstrained space).
-    :ivar var: dict site -> variance (``ddof=0``).
-    :ivar count: number of iterates per chain.
-    """
-
-    mean: dict
-    var: dict
-    count: int
 
 
 # ---------------------------------------------------------------------------------------------- one step

@@ -40,7 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.infer.initialization import init_to_uniform
 
-from ._langevin import (MinibatchKernel, Moments, RunningMoments, as_schedule, langevin_move, polynomial_schedule,
+from .._moments import Moments, merge_moments
+from ._langevin import (MinibatchKernel, RunningMoments, as_schedule, langevin_move, polynomial_schedule,
                         sgld_transition, welford)
 
 __all__ = ["SGLD", "SGLDConfig", "SGLDState", "RunningMoments", "Moments", "langevin_move", "polynomial_schedule",
@@ -239,15 +240,13 @@ class SGLD(MinibatchKernel):
         if not combine_chains:
             var = {k: m2[k] / count.reshape((-1,) + (1,) * (m2[k].ndim - 1)) for k in m2}
             return Moments(mean, var, int(count[0]))
-        # pool chains (Chan et al.): total M2 = sum M2_c + sum n_c (mean_c - mean)^2
-        total = count.sum()
+        # pool chains: Chan et al.'s merge, one chain at a time
         pooled_mean, pooled_var = {}, {}
         for k in mean:
-            w = (count / total).reshape((-1,) + (1,) * (mean[k].ndim - 1))
-            grand = (w * mean[k]).sum(0)
-            n = count.reshape(w.shape)
-            pooled_mean[k] = grand
-            pooled_var[k] = (m2[k].sum(0) + (n * (mean[k] - grand) ** 2).sum(0)) / total
+            n, m, s2 = count[0], mean[k][0], m2[k][0]
+            for c in range(1, count.shape[0]):
+                n, m, s2 = merge_moments(n, m, s2, count[c], mean[k][c], m2[k][c])
+            pooled_mean[k], pooled_var[k] = m, s2 / n
         return Moments(pooled_mean, pooled_var, int(count[0]))
 
     # ------------------------------------------------------------------ internals
