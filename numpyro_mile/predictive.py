@@ -202,7 +202,7 @@ def _stream(
 ) -> dict:
     """Run ``per_chunk(keys, chunk, dynamic) -> dict site -> (B, ...)`` over all samples.
 
-    :returns: dict site -> ``(S, ...)`` host array, or site -> :class:`Moments`.
+    :returns: dict site -> ``(S, ...)`` host array, or site -> :class:`~numpyro_mile._moments.Moments`.
     """
     num_samples = next(iter(samples.values())).shape[0]
     batch = min(batch_size, num_samples)
@@ -298,7 +298,7 @@ def predict(
         ``False`` on CPU. Results are the same up to floating-point rounding.
     :param model_kwargs: keyword arguments of the model.
     :returns: dict site -> ``np.ndarray`` of shape ``(S, ...)`` (``(chains, draws, ...)``
-        with ``chain_axis``); with ``reduce="moments"`` dict site -> :class:`Moments`.
+        with ``chain_axis``); with ``reduce="moments"`` dict site -> :class:`~numpyro_mile._moments.Moments`.
 
     **Example**
 

@@ -71,7 +71,8 @@ import numpy as np
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.util import is_prng_key
 
-from ._langevin import MinibatchKernel, sgld_transition
+from ._langevin import sgld_transition
+from ._minibatch_kernel import MinibatchKernel
 
 __all__ = ["ICSGLD", "ICSGLDConfig", "ICSGLDState", "default_sa_schedule", "energy_bins", "gradient_multiplier",
            "icsgld_init", "icsgld_step", "importance_weights", "log_weight"]

@@ -41,8 +41,8 @@ import numpy as np
 from numpyro.infer.initialization import init_to_uniform
 
 from .._moments import Moments, merge_moments
-from ._langevin import (MinibatchKernel, RunningMoments, as_schedule, langevin_move, polynomial_schedule,
-                        sgld_transition, welford)
+from ._langevin import RunningMoments, as_schedule, langevin_move, polynomial_schedule, sgld_transition, welford
+from ._minibatch_kernel import MinibatchKernel
 
 __all__ = ["SGLD", "SGLDConfig", "SGLDState", "RunningMoments", "Moments", "langevin_move", "polynomial_schedule",
            "sgld_step", "sgld_transition"]

@@ -53,7 +53,7 @@ from .. import _model_utils as mu
 from ..ensemble import DeepEnsemble
 from . import _mclmc as mclmc
 from . import _smile_tuning as tuner
-from ._langevin import MinibatchKernel, as_jax_args
+from ._minibatch_kernel import MinibatchKernel, as_jax_args
 
 __all__ = ["SMILE", "SMILEConfig", "SMILEState", "smile_step"]
 

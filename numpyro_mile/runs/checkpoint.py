@@ -4,7 +4,7 @@
 arrays (namedtuples, dicts, tuples, lists, ``None``; MILE, SGLD, ICSGLD, NUTS/HMC) in one file.
 Writes are atomic (a temporary file, ``fsync``, ``os.replace``): a crash while saving leaves
 the previous checkpoint readable. The file records a format version, a SHA-256 checksum of
-every array (a truncated or damaged file raises :class:`CheckpointError`) and a fingerprint of
+every array (a truncated or damaged file raises :class:`~numpyro_mile.runs._state_file.CheckpointError`) and a fingerprint of
 the run (kernel class and settings, model, data, MCMC settings) that is checked on loading.
 Between NumPyro runs this is all that is needed::
 
@@ -171,7 +171,7 @@ def _differences(saved: dict, now: dict, prefix: str = "") -> list[str]:
 
 
 def check_fingerprint(saved: dict, now: dict, path, *, ignore: tuple[str, ...] = ()) -> None:
-    """Raise :class:`CheckpointError` listing every entry where ``saved`` and ``now`` differ."""
+    """Raise :class:`~numpyro_mile.runs._state_file.CheckpointError` listing every entry where ``saved`` and ``now`` differ."""
     diffs = [d for d in _differences(saved, now) if d.split(":")[0] not in ignore]
     if diffs:
         raise CheckpointError(
@@ -235,7 +235,7 @@ def load_checkpoint(path: str | os.PathLike, *, mcmc=None, model_args: tuple | N
 
     :param path: the checkpoint file.
     :param mcmc: optional ``MCMC`` to continue: the checkpoint's fingerprint must match its
-        kernel and settings (raises :class:`CheckpointError` listing the differences), and its
+        kernel and settings (raises :class:`~numpyro_mile.runs._state_file.CheckpointError` listing the differences), and its
         ``post_warmup_state`` is set, so that ``mcmc.run(ckpt.state.rng_key, ...)`` continues.
     :param model_args: the model's arguments; when given with ``mcmc``, their digest is checked too.
     :param model_kwargs: its keyword arguments (checked together with ``model_args``).
