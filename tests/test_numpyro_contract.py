@@ -2,6 +2,8 @@
 ``mcmc.post_warmup_state`` that neither calls ``init`` again nor pretrains again, the same draws as one run; and
 models NUTS runs that MILE once refused (1-d models, models without latent dimensions)."""
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,9 +20,20 @@ X, Y, _, _ = conjugate_regression("gaussian", n=200)
 QUIET = dict(ensemble_options=dict(max_epochs=5, progress_bar=False))
 
 
+def toy_kernel():
+    """The toy kernel that ``docs/architecture.md`` shows (the code block after its ``toy-kernel`` marker)."""
+    text = (Path(__file__).parents[1] / "docs" / "architecture.md").read_text()
+    block = text.split("<!-- toy-kernel", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {"__name__": "architecture_toy_kernel"}
+    exec(compile(block, "docs/architecture.md (toy kernel)", "exec"), namespace)
+    return namespace["Toy"]
+
+
 def kernels():
-    """(id, kernel factory, model keyword arguments): each kernel at its defaults, pretraining where it has it."""
+    """(id, kernel factory, model keyword arguments): each kernel at its defaults, pretraining where it has it,
+    and the documentation's toy kernel."""
     return [
+        ("Toy", lambda: toy_kernel()(conjugate_linear_regression), {}),
         ("MILE", lambda: MILE(conjugate_linear_regression, **QUIET), {}),
         ("SMILE", lambda: SMILE(conjugate_linear_regression, **QUIET), dict(subsample_size=50)),
         ("SGLD", lambda: SGLD(conjugate_linear_regression, 1e-4), dict(subsample_size=50)),
