@@ -67,12 +67,13 @@ def langevin_move(z, grad, step_size, temperature, noise_key, multiplier=1.0, pr
 
 
 def sgld_transition(rng_key, z, energy, grad, potential: Callable, step_size, temperature, multiplier=1.0,
-                    preconditioner=None):
+                    preconditioner=None, draw_minibatch: Callable | None = None):
     """One (p)SGLD step of one chain, from a position with its minibatch energy and gradient.
 
     Splits ``rng_key`` with :func:`chain_keys`, moves ``z`` (:func:`langevin_move`, with the
     gradient multiplied by ``multiplier``), and evaluates ``value_and_grad(potential)`` at the
-    new position on a fresh minibatch. A non-finite energy, gradient or position is rejected:
+    new position on a fresh minibatch: ``potential(z, draw_minibatch(key))`` (the kernels draw the plates' row
+    indices), or ``potential(z, key)`` when ``draw_minibatch`` is ``None``. A non-finite energy, gradient or position is rejected:
     the inputs are returned. Works on the flattened position (one select per array instead of
     one per site). Returns ``(next key, z, energy, grad, accepted)``.
     """
@@ -81,7 +82,8 @@ def sgld_transition(rng_key, z, energy, grad, potential: Callable, step_size, te
     g, _ = ravel_pytree(grad)
     G = None if preconditioner is None else ravel_pytree(preconditioner)[0]
     new = langevin_move(flat, g, step_size, temperature, noise_key, multiplier, G)
-    new_energy, new_grad = jax.value_and_grad(potential)(unravel(new), batch_key)
+    minibatch = batch_key if draw_minibatch is None else draw_minibatch(batch_key)
+    new_energy, new_grad = jax.value_and_grad(potential)(unravel(new), minibatch)
     new_g, _ = ravel_pytree(new_grad)
     ok = jnp.isfinite(new_energy) & jnp.all(jnp.isfinite(new_g)) & jnp.all(jnp.isfinite(new))
     return (key, unravel(jnp.where(ok, new, flat)), jnp.where(ok, new_energy, energy),

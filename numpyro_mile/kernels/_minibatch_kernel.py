@@ -35,14 +35,14 @@ def build_init(mb: MinibatchModel, data_key, init_strategy: Callable) -> Callabl
     @jax.jit
     def init(keys, init_params, data_arrays):
         model_args, model_kwargs = _programs.join_data(data_key, data_arrays)
-        potential = mb.potential_fn(model_args, model_kwargs)
+        potential = mb.indexed_potential_fn(model_args, model_kwargs)  # potential(z, indices), as in the steps
         split = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
         init_keys, batch_keys, state_keys = split[:, 0], split[:, 1], split[:, 2]
         if init_params is None:
             z = mb.init_positions(init_keys, model_args, model_kwargs, init_strategy)
         else:
             z = init_params
-        energy, grad = jax.vmap(jax.value_and_grad(potential))(z, batch_keys)
+        energy, grad = jax.vmap(lambda z, key: jax.value_and_grad(potential)(z, mb.indices(key)))(z, batch_keys)
         return z, energy, grad, state_keys
 
     return init
@@ -141,8 +141,9 @@ class MinibatchKernel(ChainKernel):
         return step(state._replace(data=None), potential)._replace(data=state.data)
 
     def _potential(self, model_args, model_kwargs) -> Callable:
-        """``potential(z, minibatch_key)``: the minibatch potential energy of this run's model."""
-        return self._mb.potential_fn(*as_jax_args(model_args, model_kwargs))
+        """``potential(z, indices)``: the minibatch potential energy of this run's model on the plates' rows
+        ``indices`` (``self._mb.indices(key)`` draws them), the one signature of every minibatch kernel's step."""
+        return self._mb.indexed_potential_fn(*as_jax_args(model_args, model_kwargs))
 
 
 def as_jax_args(model_args, model_kwargs) -> tuple[tuple, dict]:

@@ -242,9 +242,10 @@ def icsgld_init(z, energy, grad, keys, config: ICSGLDConfig) -> ICSGLDState:
     )
 
 
-def icsgld_step(state: ICSGLDState, potential: Callable, config: ICSGLDConfig) -> ICSGLDState:
-    """One ICSGLD iteration of all walkers (the module docstring's algorithm); ``potential(z, key)`` is the
-    minibatch potential energy of one walker."""
+def icsgld_step(state: ICSGLDState, potential: Callable, config: ICSGLDConfig,
+                draw_minibatch: Callable | None = None) -> ICSGLDState:
+    """One ICSGLD iteration of all walkers (the module docstring's algorithm); ``potential(z, minibatch)`` is the
+    minibatch potential energy of one walker on ``minibatch = draw_minibatch(key)`` (``None``: the key itself)."""
     theta = state.theta
     log_theta = jnp.log(theta)
     mult = gradient_multiplier(log_theta, state.bin, config)
@@ -252,7 +253,8 @@ def icsgld_step(state: ICSGLDState, potential: Callable, config: ICSGLDConfig) -
     step_size = jnp.asarray(config.step_size, dtype)
 
     def chain(z, energy, grad, rng_key, multiplier):
-        return sgld_transition(rng_key, z, energy, grad, potential, step_size, config.temperature, multiplier)
+        return sgld_transition(rng_key, z, energy, grad, potential, step_size, config.temperature, multiplier,
+                               draw_minibatch=draw_minibatch)
 
     keys, z, energy, grad, ok = jax.vmap(chain)(state.z, state.potential_energy, state.z_grad, state.rng_key, mult)
     J = energy_bins(energy, config)
@@ -402,9 +404,9 @@ class ICSGLD(MinibatchKernel):
         return self._with_data(state)
 
     def sample(self, state: ICSGLDState, model_args, model_kwargs) -> ICSGLDState:
-        config = self._config
+        config, draw = self._config, self._mb.indices
         return self._step_on_data(state, model_args, model_kwargs,
-                                  lambda s, potential: icsgld_step(s, potential, config))
+                                  lambda s, potential: icsgld_step(s, potential, config, draw))
 
     def run_warnings(self, state: ICSGLDState) -> list[str]:
         """Rejected steps, and energies seen outside the regular bins (from ``mcmc.last_state``)."""

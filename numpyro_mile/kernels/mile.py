@@ -447,7 +447,7 @@ class MILE(ChainKernel):
             target_schedule=self.target_schedule, n_eff=self.n_eff, trust=self.trust, L_factor=self.L_factor,
             max_stored_samples=self.max_stored_samples,
         )
-        self._config = MILEConfig(schedule, None, batched, int(num_warmup))  # coords, mesh: set by _init_state
+        self._config = MILEConfig(schedule, None, batched, int(num_warmup))  # coords, mesh: set by _init_chains
         chain_keys = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
         pretrain_keys, init_keys, state_keys = chain_keys[:, 0], chain_keys[:, 1], chain_keys[:, 2]
 
@@ -456,7 +456,7 @@ class MILE(ChainKernel):
             self._potential_fn_gen = lambda *args, **kwargs: self._potential_fn
             self._postprocess_fn_gen = None
             self._data = _programs.split_data((), {})
-            return self._init_state(init_params, state_keys)
+            return self._init_chains(init_params, state_keys)
 
         trace = mu.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
         mu.check_continuous(trace, "MILE")
@@ -495,9 +495,9 @@ class MILE(ChainKernel):
             init_params = self._check_init_params(init_params, trace, num_chains)
         if num_auxiliary:  # the auxiliary coordinate starts at its mode; the momentum is drawn at random
             init_params = {**init_params, AUXILIARY_SITE: jnp.zeros((num_chains, num_auxiliary), jnp.result_type(float))}
-        return self._init_state(init_params, state_keys)
+        return self._init_chains(init_params, state_keys)
 
-    def _init_state(self, init_params, state_keys) -> MILEState:
+    def _init_chains(self, init_params, state_keys) -> MILEState:
         """The initial state of every chain from ``init_params`` (a pytree with a leading chain axis)."""
         flat, _ = ravel_pytree(jax.tree.map(lambda x: x[0], init_params))
         dim = int(flat.shape[0])

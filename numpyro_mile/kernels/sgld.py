@@ -101,8 +101,10 @@ class SGLDConfig(NamedTuple):
 _STATE_AXES = SGLDState(None, 0, 0, 0, 0, 0, 0, 0, 0, None)
 
 
-def sgld_step(state: SGLDState, potential: Callable, config: SGLDConfig) -> SGLDState:
-    """One (p)SGLD step of one chain: ``potential(z, minibatch_key)`` is the minibatch potential energy.
+def sgld_step(state: SGLDState, potential: Callable, config: SGLDConfig,
+              draw_minibatch: Callable | None = None) -> SGLDState:
+    """One (p)SGLD step of one chain: ``potential(z, minibatch)`` is the minibatch potential energy on
+    ``minibatch = draw_minibatch(key)`` (the plates' row indices; ``None``: the key itself).
 
     A non-finite energy, gradient or position is rejected (the chain stays; ``num_nans`` counts it).
     """
@@ -111,7 +113,7 @@ def sgld_step(state: SGLDState, potential: Callable, config: SGLDConfig) -> SGLD
     if state.preconditioner is not None:
         G = jax.tree.map(lambda v: 1.0 / (config.rmsprop_eps + jnp.sqrt(v)), state.preconditioner)
     key, z, energy, grad, ok = sgld_transition(state.rng_key, state.z, state.potential_energy, state.z_grad,
-                                               potential, step_size, config.temperature, 1.0, G)
+                                               potential, step_size, config.temperature, 1.0, G, draw_minibatch)
     precond = state.preconditioner
     if precond is not None:
         a = config.rmsprop_decay
@@ -219,7 +221,9 @@ class SGLD(MinibatchKernel):
         return self._init_independent(rng_key, init_params, model_args, model_kwargs)
 
     def sample(self, state: SGLDState, model_args, model_kwargs) -> SGLDState:
-        return self._sample_independent(state, model_args, model_kwargs, sgld_step)
+        draw = self._mb.indices  # the plates' row indices of a step's minibatch
+        return self._sample_independent(state, model_args, model_kwargs,
+                                        lambda s, potential, config: sgld_step(s, potential, config, draw))
 
     # ------------------------------------------------------------------ results
     def running_moments(self, state: SGLDState, combine_chains: bool = True) -> Moments:

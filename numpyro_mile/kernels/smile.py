@@ -359,10 +359,6 @@ class SMILE(MinibatchKernel):
         return messages
 
     # ------------------------------------------------------------------ internals
-    def _potential(self, model_args, model_kwargs) -> Callable:
-        """``potential(z, indices)``: the potential on the rows ``indices`` (``self._mb.indices(key)``)."""
-        return self._mb.indexed_potential_fn(*as_jax_args(model_args, model_kwargs))
-
     def _pretrained(self, rng_key, model_args, model_kwargs):
         """:meth:`pretrained_members` for these chains (a chain axis when vectorized), or ``None``."""
         keys, batched = self.split_chains(rng_key)
