@@ -40,7 +40,7 @@ import numpyro_mile
 from numpyro_mile import ICSGLD, MILE, SGLD, deep_ensemble, importance_weights, metrics
 from numpyro_mile.datasets import digits, ionosphere, mnist1d
 from numpyro_mile.models import attention, cnn, mlp_classification
-from numpyro_mile.predictive import evaluate_classification
+from numpyro_mile.evaluation import evaluate_classification
 
 from _common import (ROOT, Stopwatch, add_common_options, argument_parser, command_line, data_dir, finished,
                      load_average, load_span, machine_summary, markdown_table, pyplot, read_csv, write_csv)

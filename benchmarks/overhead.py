@@ -287,7 +287,7 @@ def reference_budget(args) -> list[dict]:
 
     from numpyro_mile import MILE, deep_ensemble
     from numpyro_mile.datasets import load_uci, split, standardize
-    from numpyro_mile.predictive import evaluate_regression
+    from numpyro_mile.evaluation import evaluate_regression
     from numpyro_mile.models import mlp_regression
 
     X, y = load_uci("airfoil", data_dir=data_dir(args.data))

@@ -23,7 +23,7 @@ from numpyro.infer import MCMC
 from numpyro_mile import MILE, approx, deep_ensemble, metrics
 from numpyro_mile.datasets import digits
 from numpyro_mile.models import mlp_classification
-from numpyro_mile.predictive import predictive_probs
+from numpyro_mile.evaluation import predictive_probs
 
 # every CPU core a JAX device (before JAX starts), so that vectorized chains run over all of them
 numpyro.set_host_device_count(os.cpu_count())

@@ -23,7 +23,7 @@ from numpyro.infer import MCMC
 
 from numpyro_mile import MILE
 from numpyro_mile.datasets import digits
-from numpyro_mile.predictive import evaluate_classification
+from numpyro_mile.evaluation import evaluate_classification
 
 # every CPU core a JAX device (before JAX starts), so that vectorized chains run over all of them
 numpyro.set_host_device_count(os.cpu_count())

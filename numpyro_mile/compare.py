@@ -18,7 +18,7 @@ from .diagnostics import _nanmean, chainwise_rhat, ess
 from .ensemble import DeepEnsemble
 from .kernels import ICSGLD, MILE
 from .kernels.icsgld import importance_weights
-from .predictive import evaluate_regression
+from .evaluation import evaluate_regression
 
 
 class MethodResult(NamedTuple):

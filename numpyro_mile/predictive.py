@@ -41,12 +41,10 @@ from numpyro.infer import Predictive
 from numpyro.infer.util import log_likelihood as _numpyro_log_likelihood
 
 from . import _model_utils as mu
-from . import metrics
 from . import _programs
 from ._moments import Moments, merge_moments
 
-__all__ = ["Moments", "evaluate_classification", "evaluate_regression", "full_plate_model", "log_likelihood",
-           "predict", "predictive_probs"]
+__all__ = ["Moments", "full_plate_model", "log_likelihood", "predict"]
 
 _REDUCTIONS = (None, "moments")
 
@@ -393,44 +391,3 @@ def log_likelihood(
     if chain_axis:
         out = {name: value.reshape(batch_shape + value.shape[1:]) for name, value in out.items()}
     return out
-
-
-# ============================================================================ evaluation on test data
-def evaluate_regression(model: Callable, samples: dict, X_test, y_test, *, weights=None,
-                        **model_kwargs) -> tuple[float, float]:
-    """(RMSE, LPPD) on test data of a regression model with ``mu`` output; ``samples`` flat (S, ...);
-    ``weights``: optional sample weights, shape ``(S,)`` (e.g. ICSGLD's importance weights)."""
-    latent = {k: v for k, v in samples.items() if k not in ("mu", "sigma", "y")}
-    ll = log_likelihood(model, latent, X_test, y_test, **model_kwargs)["y"]
-    mu = predict(model, latent, X_test, return_sites=["mu"], rng_key=jax.random.PRNGKey(0), **model_kwargs)["mu"]
-    return metrics.rmse(y_test, mu, weights), metrics.lppd(ll, weights)
-
-
-def predictive_probs(model: Callable, samples: dict, X, batch_size: int = 100, **model_kwargs) -> np.ndarray:
-    """Posterior predictive class probabilities of a classifier with a ``logits`` output.
-
-    Per-sample softmax probabilities are averaged over samples chunk by chunk (memory
-    ``O(batch_size x N x C)``).
-
-    :param samples: flat samples, dict site -> ``(S, ...)``.
-    :param X: inputs, leading axis ``N``.
-    :return: shape ``(N, C)``.
-    """
-    latent = {k: v for k, v in samples.items() if k not in ("logits", "y")}
-    num_samples = int(jax.tree.leaves(latent)[0].shape[0])
-    total = None
-    for start in range(0, num_samples, batch_size):
-        chunk = {k: v[start:start + batch_size] for k, v in latent.items()}
-        logits = predict(model, chunk, X, batch_size=batch_size, return_sites=["logits"], **model_kwargs)["logits"]
-        probs = np.asarray(jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1), np.float64).sum(axis=0)
-        total = probs if total is None else total + probs
-    return total / num_samples
-
-
-def evaluate_classification(model: Callable, samples: dict, X_test, y_test, num_bins: int = 15,
-                            **model_kwargs) -> dict[str, float]:
-    """Accuracy, LPPD (= -NLL), NLL, ECE and MCE (top label, ``num_bins`` bins) of the predictive mean."""
-    probs = predictive_probs(model, samples, X_test, **model_kwargs)
-    nll = metrics.nll(probs, y_test)
-    return dict(accuracy=metrics.accuracy(probs, y_test), lppd=-nll, nll=nll,
-                ece=metrics.ece(probs, y_test, num_bins), mce=metrics.mce(probs, y_test, num_bins))

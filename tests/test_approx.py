@@ -16,7 +16,7 @@ import pytest
 from numpyro_mile.approx import ApproxPosterior, fit_laplace, fit_map, fit_mc_dropout, fit_vi
 from numpyro_mile.approx._common import Problem
 from numpyro_mile.approx.dropout import dropout_plan
-from numpyro_mile.predictive import predictive_probs
+from numpyro_mile.evaluation import predictive_probs
 from numpyro_mile.models import layer_shapes, mlp_classification
 
 D, SIGMA, S0 = 3, 0.5, 1.0

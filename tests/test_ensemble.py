@@ -31,7 +31,7 @@ def test_early_stopping_and_validation_args():
     best = np.nanmin(de.val_loss, axis=1)
     np.testing.assert_allclose(de.best_val_loss, best, rtol=1e-6)
     # the returned members are the best ones: their validation NLL equals the best seen
-    from numpyro_mile.predictive import evaluate_regression
+    from numpyro_mile.evaluation import evaluate_regression
 
     _, lppd = evaluate_regression(mlp_regression, jax.tree.map(lambda x: x[:1], de.samples), X_val, y_val,
                                   hidden=(8,))

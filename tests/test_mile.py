@@ -216,7 +216,7 @@ def test_error_init_params(toy_ensemble):
 def check_mile_beats_deep_ensemble(X, y, split_seed):
     """Test LPPD above the DE's and RMSE no worse (2 members/chains, fixed seeds)."""
     from numpyro_mile.datasets import split, standardize
-    from numpyro_mile.predictive import evaluate_regression
+    from numpyro_mile.evaluation import evaluate_regression
 
     (train, val, test), _ = standardize(split(X, y, seed=split_seed))
     de = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), 2, *train, validation=val, progress_bar=False)

@@ -12,6 +12,7 @@ from numpyro.infer import Predictive
 from numpyro.infer.util import log_likelihood as numpyro_log_likelihood
 
 from numpyro_mile import predictive as P
+from numpyro_mile.evaluation import evaluate_regression
 from numpyro_mile.models import mlp_classification, mlp_regression
 
 HIDDEN = (4,)
@@ -141,14 +142,14 @@ def test_full_plate_model_leaves_full_batch_models_alone(data):
 
 def test_evaluate_regression_with_weights(data, samples):
     X, y = data
-    plain = P.evaluate_regression(mlp_regression, samples, X, y, hidden=HIDDEN)
-    uniform = P.evaluate_regression(mlp_regression, samples, X, y, weights=np.full(NUM_SAMPLES, 1 / NUM_SAMPLES),
+    plain = evaluate_regression(mlp_regression, samples, X, y, hidden=HIDDEN)
+    uniform = evaluate_regression(mlp_regression, samples, X, y, weights=np.full(NUM_SAMPLES, 1 / NUM_SAMPLES),
                                     hidden=HIDDEN)
     np.testing.assert_allclose(uniform, plain, rtol=1e-5)
     # all the weight on draw 3: the metrics of draw 3 alone
     one_hot = np.eye(NUM_SAMPLES)[3]
-    weighted = P.evaluate_regression(mlp_regression, samples, X, y, weights=one_hot, hidden=HIDDEN)
-    alone = P.evaluate_regression(mlp_regression, {k: v[3:4] for k, v in samples.items()}, X, y, hidden=HIDDEN)
+    weighted = evaluate_regression(mlp_regression, samples, X, y, weights=one_hot, hidden=HIDDEN)
+    alone = evaluate_regression(mlp_regression, {k: v[3:4] for k, v in samples.items()}, X, y, hidden=HIDDEN)
     np.testing.assert_allclose(weighted, alone, rtol=1e-5)
     assert abs(weighted[1] - plain[1]) > 1e-3  # the weights changed the answer
 
@@ -179,7 +180,7 @@ def _no_warning():
 
 
 def test_predictive_probs_average_softmax_over_samples_in_chunks():
-    from numpyro_mile.predictive import evaluate_classification, predictive_probs
+    from numpyro_mile.evaluation import evaluate_classification, predictive_probs
     from numpyro_mile.models import mlp_apply, mlp_classification
 
     rng = np.random.default_rng(0)

@@ -12,7 +12,7 @@ Pretrained weights enter every method as the prior mean (the models' ``prior_mea
 minibatches come from the model's subsample plate (``subsample_size``). Prediction has one path:
 ``posterior.sample(rng_key, nst)`` returns ``nst`` draws of the constrained latent sites (``nst = 0``:
 the posterior mean as one draw), for :func:`numpyro_mile.predict` or
-:func:`numpyro_mile.predictive.predictive_probs`.
+:func:`numpyro_mile.evaluation.predictive_probs`.
 
 **Example**
 
@@ -20,7 +20,7 @@ the posterior mean as one draw), for :func:`numpyro_mile.predict` or
 
     >>> import jax
     >>> from numpyro_mile import approx
-    >>> from numpyro_mile.predictive import predictive_probs
+    >>> from numpyro_mile.evaluation import predictive_probs
     >>> from numpyro_mile.datasets import digits
     >>> from numpyro_mile.models import mlp_classification
     >>> (X, y), _, (X_test, y_test) = digits(seed=0)

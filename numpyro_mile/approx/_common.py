@@ -83,7 +83,7 @@ class ApproxPosterior(NamedTuple):
             sample, so prediction has one path for both cases.
         :return: dict site -> array of shape ``(max(nst, 1), *site_shape)``, usable with
             :func:`numpyro_mile.predict`, :func:`numpyro_mile.log_likelihood` and
-            :func:`numpyro_mile.predictive.predictive_probs`.
+            :func:`numpyro_mile.evaluation.predictive_probs`.
         """
         if isinstance(nst, bool) or not isinstance(nst, (int, np.integer)) or nst < 0:
             raise ValueError(f"nst must be a non-negative integer (0 = posterior mean), got {nst!r}.")
