@@ -32,6 +32,7 @@ import numpy as np
 from numpyro.util import is_prng_key
 from tqdm.auto import tqdm
 
+from .. import _programs
 from .._arrays import storage_dtype
 from ..inference_data import load_inference_data
 from ._state_file import CheckpointError, checkpoint_state, digest, resumed_state, versions, write
@@ -154,22 +155,11 @@ def _make_advance(kernel, model_args, model_kwargs, transform, chunk_size: int, 
     return jax.jit(advance)
 
 
-_ADVANCE_CACHE: dict = {}
-_ADVANCE_CACHE_SIZE = 4
-
-
 def _cached_advance(key, kernel, build: Callable) -> Callable:
-    """The compiled chunk function of an earlier call with the same kernel object and run (LRU of 4):
-    resuming or extending in the same process does not compile again. The entry keeps ``kernel``
-    alive, so ``id(kernel)`` in ``key`` cannot be reused by another object."""
-    key = (id(kernel),) + key
-    if key in _ADVANCE_CACHE:
-        _ADVANCE_CACHE[key] = _ADVANCE_CACHE.pop(key)  # most recently used last
-    else:
-        while len(_ADVANCE_CACHE) >= _ADVANCE_CACHE_SIZE:
-            _ADVANCE_CACHE.pop(next(iter(_ADVANCE_CACHE)))
-        _ADVANCE_CACHE[key] = (kernel, build())
-    return _ADVANCE_CACHE[key][1]
+    """The compiled chunk function of an earlier call with the same kernel object and run (the package's one
+    program cache, :func:`numpyro_mile._programs.program`): resuming or extending in the same process does not
+    compile again. The key holds ``kernel`` itself (compared by identity), which keeps it alive."""
+    return _programs.program(("run_chunked-advance", kernel) + tuple(key), build)
 
 
 def _strong(state):
