@@ -12,7 +12,7 @@ from .predictive import log_likelihood, predict
 from .runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .runs.chunked import ChunkedRun, run_chunked
 from .runs.distributed import DistributedRun, chain_mesh, run_distributed, sharded_deep_ensemble
-from .runs.sample_store import SampleStore, load_samples
+from .sample_store import SampleStore, load_samples
 
 __all__ = [
     "__version__",

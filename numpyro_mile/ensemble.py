@@ -262,11 +262,15 @@ def fit_members(
     plate_name: str | None = None,
     early_stopping: str = "best",
     progress_bar: bool = True,
+    trace: dict | None = None,
 ) -> DeepEnsemble:
     """Train one member per key in ``member_keys`` (shape ``(members, 2)``); see :func:`deep_ensemble`.
 
     Member ``k`` depends only on ``member_keys[k]`` (and the shared validation split), so training
     members together or one at a time gives the same members.
+
+    :param trace: a trace of ``model`` on these arguments when the caller has one (a kernel that
+        pretrains has traced the model already); else the model is traced here.
     """
     start = time.perf_counter()
     optimizer = _DEFAULT_OPTIMIZER if optimizer is None else optimizer
@@ -275,7 +279,7 @@ def fit_members(
     model_args, model_kwargs = as_jax_arrays(tuple(model_args)), as_jax_arrays(dict(model_kwargs))
     if isinstance(validation, (tuple, list)):
         validation = as_jax_arrays(tuple(validation))
-    trace = mu.trace_model(model, model_args, model_kwargs)
+    trace = mu.trace_model(model, model_args, model_kwargs) if trace is None else trace
     plate = mu.observation_plate(trace) if plate_name is None else mu.plates(trace).get(plate_name)
     if plate is None:
         where = "a plate named 'data' or one plate shared by all observed sites" if plate_name is None else (

@@ -46,7 +46,7 @@ import numpy as np
 
 from . import _model_utils as mu
 from .predictive import full_plate_model, log_likelihood, predict
-from .runs.sample_store import GROUPS, SampleStore
+from .sample_store import GROUPS, SampleStore
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)  # ArviZ 0.23 announces its 1.0 refactor

@@ -262,7 +262,7 @@ def test_roundtrip_truncation_damage_version_and_crash_during_save(tmp_path, mon
 
     # a crash while writing the next checkpoint leaves the previous one readable
     path.write_bytes(good)
-    import numpyro_mile.runs.sample_store as streaming
+    import numpyro_mile.sample_store as streaming
 
     def crash(fd):
         raise KeyboardInterrupt("killed while saving")
@@ -299,8 +299,42 @@ def test_sample_store_layout_and_errors(tmp_path):
 def test_checkpoints_without_later_settings_match_their_reproducing_values():
     from numpyro_mile.runs.checkpoint import _differences
 
-    now = {"kernel_settings": {"target_schedule": "auto", "_potential_fn": None, "n_eff": 100.0}}
+    now = {"kernel_settings": {"target_schedule": "auto", "potential_fn": None, "n_eff": 100.0}}
     assert _differences({"kernel_settings": {"n_eff": 100.0}}, now) == []
-    changed = {"kernel_settings": {"target_schedule": "linear", "_potential_fn": None, "n_eff": 100.0}}
+    changed = {"kernel_settings": {"target_schedule": "linear", "potential_fn": None, "n_eff": 100.0}}
     assert _differences({"kernel_settings": {"n_eff": 100.0}}, changed) == [
         "kernel_settings.target_schedule: checkpoint 'auto', now 'linear'"]
+
+
+#: the kernel settings that checkpoints recorded before kernels listed them (``kernel.settings()``): every public
+#: attribute, and private attributes holding plain values or functions
+_OLD_SETTING_ATTRIBUTES = {
+    "MILE": ["L_factor", "ensemble_options", "ess_num_coords", "init_strategy", "initial_L", "initial_step_size",
+             "map_learning_rate", "map_steps", "max_stored_samples", "n_eff", "phase_split", "pretrain",
+             "shard_chains", "target_energy_variance", "target_schedule", "trust"],
+    "SGLD": ["_running_moments", "init_strategy", "preconditioner", "rmsprop_decay", "rmsprop_eps", "schedule",
+             "step_size", "temperature"],
+    "ICSGLD": ["bin_width", "csgld", "init_strategy", "min_energy", "multiplier_clip", "num_active_chains",
+               "num_bins", "sa_schedule", "step_size", "temperature", "zeta"],
+    "SMILE": ["L", "adapt_during_sampling", "ensemble_options", "init_strategy", "min_scale", "precondition",
+              "pretrain", "step_size", "tuner"],
+}
+
+
+def test_checkpoints_written_before_kernel_settings_still_match():
+    """Fingerprints from the kernels' settings hook equal those that older checkpoints recorded (read from the
+    kernels' attributes), so a run checkpointed before the hook existed resumes."""
+    from numpyro_mile import ICSGLD, SMILE
+    from numpyro_mile.runs.checkpoint import _describe, _differences, _kernel_settings
+
+    kernels = [MILE(mean_model), MILE(potential_fn=lambda z: 0.5 * (z["x"] ** 2).sum()), SGLD(mean_model, 1e-3),
+               ICSGLD(mean_model, 1e-3, zeta=1.0, num_bins=10, bin_width=1.0, min_energy=0.0), SMILE(mean_model)]
+    for kernel in kernels:
+        names = _OLD_SETTING_ATTRIBUTES[kernel.kernel_name] + (["_potential_fn"] if kernel.kernel_name == "MILE"
+                                                               and kernel._potential_fn is not None else [])
+        old = {"kernel_settings": {name: _describe(getattr(kernel, name)) for name in names}}
+        assert _differences(old, {"kernel_settings": _kernel_settings(kernel)}) == []
+    changed = SMILE(mean_model, precondition=True)
+    old = {"kernel_settings": {name: _describe(getattr(kernels[-1], name)) for name in _OLD_SETTING_ATTRIBUTES["SMILE"]}}
+    assert _differences(old, {"kernel_settings": _kernel_settings(changed)}) == [
+        "kernel_settings.precondition: checkpoint False, now True"]

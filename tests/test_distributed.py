@@ -94,6 +94,7 @@ for name in ["mile", "sgld", "icsgld", "smile"]:
     # 4 chains, then 3 on the same MCMC (padded to 4: same shapes, so ICSGLD's walker mask must live in the
     # state, not in a compiled constant), then 6 (padded to 8)
     shared = new_mcmc(name, 4)
+    users_kernel = shared.sampler
     for n in (4, 3):
         shared.num_chains = n
         gather = not (name == "sgld" and n == 3)  # SGLD, 3 chains: samples kept sharded (padded to 4)
@@ -102,6 +103,7 @@ for name in ["mile", "sgld", "icsgld", "smile"]:
         if name == "icsgld" and n == 3:  # for the two-process test
             out["icsgld_3_draws"] = to_host(run.samples["w"]).tolist()
             out["icsgld_3_theta"] = np.asarray(shared.last_state.theta).tolist()
+            out["icsgld_3_active"] = [users_kernel.num_active_chains, shared.sampler.num_active_chains]
         if not gather:
             out["kept"] = dict(shape=list(run.samples["w"].shape), spec=str(tuple(run.samples["w"].sharding.spec)),
                                padded=run.num_padded_chains)
@@ -235,6 +237,8 @@ def test_sharded_chains_equal_vectorized_chains(four_devices, name):
         assert res["other_chain"] > 20 * TOL[name], (n, res)  # the check can tell chains apart
         if name == "icsgld":
             assert res["theta_diff"] < 1e-6, (n, res)
+    if name == "icsgld":  # 3 walkers padded to 4: a copy of the kernel masks the 4th; the user's kernel is unchanged
+        assert four_devices["icsgld_3_active"] == [None, 3]
 
 
 @pytest.mark.parametrize("name", ["mile", "sgld", "icsgld", "smile", "mile_pretrained"])

@@ -202,3 +202,17 @@ def test_bad_init_params_get_one_message_from_every_kernel(name, make, model_kwa
         mcmc = MCMC(make(), num_warmup=100, num_samples=5, num_chains=2, chain_method="vectorized", progress_bar=False)
         with pytest.raises(ValueError, match=message):
             mcmc.run(jax.random.PRNGKey(0), X, Y, init_params=bad, **model_kwargs)
+
+
+def test_replace_makes_a_new_kernel_with_changed_settings():
+    """``kernel.replace(...)``: the constructor's arguments with some changed, an uninitialised kernel; the settings
+    hook (the checkpoint fingerprint's and the run configuration's source) shows the change."""
+    kernel = ICSGLD(missing_plate_subsampled, 1e-3, zeta=1.0, num_bins=10, bin_width=1.0, min_energy=0.0)
+    padded = kernel.replace(num_active_chains=3)
+    assert type(padded) is ICSGLD and padded is not kernel
+    assert padded.settings() == {**kernel.settings(), "num_active_chains": 3}
+    assert kernel.num_active_chains is None
+    with pytest.raises(TypeError, match="no constructor argument"):
+        kernel.replace(num_walkers=3)
+    with pytest.raises(ValueError, match="num_active_chains"):
+        kernel.replace(num_active_chains=1)

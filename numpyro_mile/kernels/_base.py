@@ -23,6 +23,7 @@ function of the kernel's module. This module holds, once, what every kernel need
 
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 from typing import Any, Callable
@@ -78,6 +79,14 @@ class ChainKernel(MCMCKernel):
     state_axes: Any = None
     #: advice appended to the rejected-steps warning
     nan_advice = "The step size is probably too large for this model: see the 'num_nans' extra field."
+    #: the attributes holding the kernel's settings (its constructor arguments, validated and normalised):
+    #: :meth:`settings` reads them
+    setting_names: tuple[str, ...] = ()
+
+    def __new__(cls, *args, **kwargs):
+        kernel = super().__new__(cls)
+        kernel._constructor_args = (args, kwargs)  # what the user passed, for :meth:`replace`
+        return kernel
 
     def __init__(self, model: Callable | None):
         self._model = model
@@ -85,6 +94,28 @@ class ChainKernel(MCMCKernel):
         # NumPyro calls ``init`` again for a run from ``mcmc.post_warmup_state`` while this is None: every
         # kernel sets it once initialised (:meth:`initialised`), so a continuation never pretrains again
         self._sample_fn = None
+
+    def settings(self) -> dict[str, Any]:
+        """The kernel's settings by name: the one source of its run configuration (built by ``init``) and of a
+        checkpoint's fingerprint (:func:`numpyro_mile.runs.run_fingerprint`)."""
+        return {name: getattr(self, name) for name in self.setting_names}
+
+    def config(self, config_type, **run_values):
+        """``config_type`` (a NamedTuple of a run's fixed settings) from :meth:`settings` and the ``run_values``
+        only ``init`` knows (e.g. ``num_warmup``); fields absent from both keep their defaults."""
+        settings = self.settings()
+        return config_type(**{name: settings[name] for name in config_type._fields if name in settings}, **run_values)
+
+    def replace(self, **changes) -> ChainKernel:
+        """A new kernel made with this one's constructor arguments, ``changes`` (constructor keyword arguments)
+        applied; it has run nothing. Drivers use it to change a setting without touching the user's kernel."""
+        args, kwargs = self._constructor_args
+        bound = inspect.signature(type(self)).bind(*args, **kwargs)
+        unknown = sorted(set(changes) - set(inspect.signature(type(self)).parameters))
+        if unknown:
+            raise TypeError(f"{self.kernel_name} has no constructor argument(s) {unknown}.")
+        bound.arguments.update(changes)
+        return type(self)(*bound.args, **bound.kwargs)
 
     @staticmethod
     def split_chains(rng_key) -> tuple[jax.Array, bool]:
@@ -99,7 +130,7 @@ class ChainKernel(MCMCKernel):
         ``ensemble_options``; ``None``, after a warning saying why, when the model has no such plate. The
         ensemble is kept in ``self.ensembles`` (not under ``pmap``, where its arrays are traced).
 
-        :param trace: a trace of the model on ``model_args`` (to find the plate).
+        :param trace: a trace of the model on ``model_args`` (to find the plate; the ensemble reuses it).
         """
         options = {"progress_bar": True, **self.ensemble_options}
         if pretraining_plate(trace, options.get("plate_name"), self.kernel_name) is None:
@@ -108,7 +139,7 @@ class ChainKernel(MCMCKernel):
             # the ensemble draws its own minibatches through the plate; NumPyro notes that their size is not the
             # model's subsample_size, which is expected here (the members are the same with or without it)
             warnings.filterwarnings("ignore", message=mu.SUBSAMPLE_MISMATCH, category=UserWarning)
-            ensemble = fit_members(self._model, member_keys, model_args, model_kwargs, **options)
+            ensemble = fit_members(self._model, member_keys, model_args, model_kwargs, trace=trace, **options)
         if is_concrete(member_keys):
             self.ensembles.append(ensemble)
         return ensemble.init_params

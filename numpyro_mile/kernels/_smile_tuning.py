@@ -16,32 +16,19 @@ the step, a step whose ``x``
 The step size is clipped to ``[1e-8, 10]``; nothing changes during the first
 ``MIN_STEPS_BEFORE_TUNING`` steps, while the averages settle.
 
-Choices that differ from the released reference code (``../shared/SMILE.md`` section 4.6 lists
-its weaknesses), each pinned by a test:
+Where this departs from the released reference code, each choice pinned by a test (the reasons and
+measurements: the table in ``docs/methods/smile.md``, "Step size: the tuner and the reset guardrail"):
 
-- **Exact Gamma quantiles** (bisection on the regularised incomplete gamma function) instead of
-  the Wilson-Hilferty approximation, which turns negative for shapes below ~0.57 (the grow
-  threshold) and ~0.02 (the reset threshold, every step then resets).
-- **Shape bounds** ``[0.3, 100]``: a near-constant ``|dE|`` (a variance average near 0, as at the
-  start or with full-batch gradients) no longer puts every threshold onto the mean (shape -> inf:
-  CV 10 % at most), and a tiny ``|dE|`` no longer drives the shape to ~1e-6 (every threshold then
-  near 0), which made the reference tuner reset every step and collapse the step size to 1e-8.
-- The reference's **asymmetric tails** are kept (``adapt_prob / 3`` grows, ``2 adapt_prob / 3`` shrinks). A
-  symmetric split was tried and dropped: near-Gaussian minibatch noise in ``|dE|`` puts more mass near 0
-  than the Gamma model does, so symmetric tails grew the step size until the integration's own errors
-  balanced it, which over-dispersed an exact conjugate regression 2.6-4.9-fold (``tests/test_smile.py``);
-  with the reference split the step size holds for ``|N(0, 1)|`` errors and the variances match a fixed
-  step's. For Gamma-shaped errors that do not depend on the step size it drifts down (x0.13 over 3,000
-  steps), a safe direction. ``docs/methods/smile.md`` has the measurements.
-- **Bias-corrected averages** from the first step (the reference's variance average starts near
-  zero for ~100 steps).
-- **Outliers enter the averages clipped** at the reset threshold (the reference averages them as they
-  are: on protein a single reset step with ``|dE| ~ 1e18`` lifted the mean ~1e13-fold, every later
-  step then fell below the grow threshold, the step size grew 2 % per step to the cap 10 and the
-  chain was lost). Clipped, one outlier moves the mean by a few per cent, while a real shift of
-  ``|dE|`` upwards (resets every step) still lifts the mean by ~3 % per step until it is absorbed.
-- **A reset reverts the log density and gradient too** (the reference keeps those of the
-  rejected proposal, so the next energy error compares different positions).
+- **exact Gamma quantiles** (bisection on the regularised incomplete gamma function), not the
+  Wilson-Hilferty approximation, which turns negative for small shapes;
+- **shape bounds** ``[0.3, 100]``, so a near-constant or a tiny ``|dE|`` cannot put every threshold onto
+  the mean or onto 0;
+- the reference's **asymmetric tails** kept (``adapt_prob / 3`` grows, ``2 adapt_prob / 3`` shrinks): a
+  symmetric split over-dispersed an exact posterior;
+- **bias-corrected averages** from the first step;
+- **outliers enter the averages clipped** at the reset threshold, so one huge ``|dE|`` cannot lift the
+  mean until the step size runs away;
+- **a reset reverts the log density and gradient too**, so the next energy error compares the same positions.
 """
 
 from __future__ import annotations

@@ -27,17 +27,10 @@ the bin masses), the density of states is :meth:`ICSGLD.density_of_states`, and 
 expectations are importance-weighted with ``theta[J]^zeta``
 (:func:`numpyro_mile.importance_weights`).
 
-Accuracy notes (measured with the tests' targets). The multiplier realises a piecewise
-exponential interpolation of ``theta`` inside each bin, so the fixed point matches the bin
-masses only up to ``O(bin_width)``: on a 2-d Gaussian (energy ~ Exp(1)) with ``du = 0.25`` the
-estimated density of states is within 0.03 of the truth in CDF distance after 22,000 steps of 8
-chains, with an alternating error across neighbouring bins that starts at bin 1 (whose mass
-sits at the bottom of its bin). A mode whose minimum falls inside a bin makes that bin's
-``theta`` too large (the interpolated flattening pulls chains to the bottom of the bin), which
-biases the weights towards that mode; bins narrow compared with the energy spread of each mode
-(``du`` well below ``tau * d / 2`` for a ``d``-dimensional mode) keep this small. Energies above
-the regular bins are not flattened and get weight 0, and ``theta`` of the overflow bin is not
-pinned down by the dynamics: cover every energy the chains will see.
+Accuracy: the multiplier interpolates ``theta`` inside each bin, so the fixed point matches the
+bin masses up to ``O(bin_width)``; keep bins narrow compared with each mode's energy spread, and
+cover every energy the chains will see (energies above the regular bins are not flattened and get
+weight 0). The measurements are in ``docs/methods/icsgld.md`` ("Choosing the bins").
 
 The module reads as the other kernels do: :class:`ICSGLDState`, :class:`ICSGLDConfig` (built by ``init``),
 the pure :func:`icsgld_init` / :func:`icsgld_step` of all walkers, and the thin :class:`ICSGLD` class.
@@ -303,6 +296,9 @@ class ICSGLD(MinibatchKernel):
     :param csgld: use CSGLD's field ``theta[J]^zeta (onehot(J) - theta)`` (averaged over the
         chains) instead of ICSGLD's ``theta[J] (onehot(J) - theta)``.
     :param init_strategy: NumPyro init strategy when no ``init_params`` are given.
+    :param num_active_chains: the walkers that take part (the first ones), when the walker axis is padded to
+        fill devices; the others move but enter no shared statistic. ``None``: all.
+        :func:`numpyro_mile.run_distributed` sets it on a copy of the kernel (:meth:`replace`) when it pads.
 
     Extra fields (per chain): ``potential_energy``, ``bin``, ``log_weight``, ``multiplier``,
     ``num_nans``; ``bin`` and ``log_weight`` are always collected.
@@ -328,6 +324,8 @@ class ICSGLD(MinibatchKernel):
     """
 
     kernel_name = "ICSGLD"
+    setting_names = ("step_size", "zeta", "num_bins", "bin_width", "min_energy", "sa_schedule", "temperature",
+                     "multiplier_clip", "csgld", "init_strategy", "num_active_chains")
 
     def __init__(
         self,
@@ -343,6 +341,7 @@ class ICSGLD(MinibatchKernel):
         multiplier_clip=None,
         csgld: bool = False,
         init_strategy: Callable = init_to_uniform,
+        num_active_chains: int | None = None,
     ):
         super().__init__(model, init_strategy)
         if not (isinstance(step_size, (int, float, np.floating)) and step_size > 0):
@@ -364,9 +363,9 @@ class ICSGLD(MinibatchKernel):
         self.temperature = float(temperature)
         self.multiplier_clip = _as_clip(multiplier_clip)
         self.csgld = bool(csgld)
-        #: number of real walkers when the walker axis is padded for sharding (the first ones; the others get
-        #: ``active=False`` at ``init``); ``None``: all. Set by :func:`numpyro_mile.run_distributed`.
-        self.num_active_chains: int | None = None
+        if num_active_chains is not None and not (int(num_active_chains) == num_active_chains >= 2):
+            raise ValueError(f"num_active_chains must be None or an integer >= 2, got {num_active_chains}.")
+        self.num_active_chains = None if num_active_chains is None else int(num_active_chains)
 
     # ------------------------------------------------------------------ NumPyro interface
     @property
@@ -395,9 +394,7 @@ class ICSGLD(MinibatchKernel):
                 "Use MCMC(..., num_chains=P, chain_method='vectorized') with P >= 2 "
                 "(sequential and parallel chains cannot interact)."
             )
-        self._config = ICSGLDConfig(self.step_size, self.zeta, self.num_bins, self.bin_width, self.min_energy,
-                                    self.sa_schedule, self.temperature, self.multiplier_clip, self.csgld,
-                                    self.num_active_chains)
+        self._config = self.config(ICSGLDConfig)
         config = self._config
         state = self._init_chains(rng_key, init_params, model_args, model_kwargs, True,
                                   lambda z, energy, grad, keys: icsgld_init(z, energy, grad, keys, config))

@@ -343,6 +343,10 @@ class MILE(ChainKernel):
     nan_advice = ("The tuned step size may be too large for this region: see the 'num_nans' and 'diverging' fields, "
                   "and consider a lower target_energy_variance.")
 
+    setting_names = ("target_schedule", "pretrain", "ensemble_options", "phase_split", "target_energy_variance",
+                     "n_eff", "trust", "L_factor", "initial_step_size", "initial_L", "ess_num_coords",
+                     "max_stored_samples", "init_strategy", "map_steps", "map_learning_rate", "shard_chains")
+
     def __init__(
         self,
         model: Callable | None = None,
@@ -393,6 +397,9 @@ class MILE(ChainKernel):
         self._postprocess_fn_gen = None
         self._config: MILEConfig | None = None  # set by init
         self._data = None  # the model's arguments split into arrays and static parts (set by init)
+
+    def settings(self) -> dict:
+        return {**super().settings(), "potential_fn": self._potential_fn}
 
     # ------------------------------------------------------------------ NumPyro interface
     @property

@@ -177,6 +177,9 @@ class SGLD(MinibatchKernel):
     kernel_name = "SGLD"
     state_axes = _STATE_AXES
 
+    setting_names = ("step_size", "schedule", "temperature", "preconditioner", "rmsprop_decay", "rmsprop_eps",
+                     "init_strategy")
+
     def __init__(
         self,
         model: Callable,
@@ -205,6 +208,9 @@ class SGLD(MinibatchKernel):
         self._running_moments = bool(running_moments)
         self._config: SGLDConfig | None = None
 
+    def settings(self) -> dict:
+        return {**super().settings(), "running_moments": self._running_moments}
+
     # ------------------------------------------------------------------ NumPyro interface
     @property
     def default_fields(self) -> tuple[str, ...]:
@@ -216,8 +222,7 @@ class SGLD(MinibatchKernel):
         )
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
-        self._config = SGLDConfig(self.schedule, self.temperature, self.rmsprop_decay, self.rmsprop_eps,
-                                  int(num_warmup))
+        self._config = self.config(SGLDConfig, num_warmup=int(num_warmup))
         return self._init_independent(rng_key, init_params, model_args, model_kwargs)
 
     def sample(self, state: SGLDState, model_args, model_kwargs) -> SGLDState:

@@ -20,11 +20,9 @@ estimate of the gradient-noise standard deviation ``s`` (moving averages of the 
 and variance along the trajectory, rate 0.01; ``s`` clipped to ``[1e-2, 1e4]``, normalised to
 RMS 1 and floored at ``min_scale``, default 0.1): kicks use ``g / s``, drifts move ``u / s``
 (BlackJAX's diagonal inverse mass matrix ``1 / s^2``), which makes diagonal noise isotropic and
-removes most of the bias. The floor departs from the reference code (which has none): on a BNN
-the coordinates the data hardly touch (weights of inactive units) have ~100-1000 times less
-gradient noise than the rest, so without it they drift ``100-1000 eps`` per step; on protein one
-such weight went to -23 (prior sd 1) within 50 steps, the chain met rows it then fitted with a
-tiny sigma, and their minibatches were reset ever after.
+removes most of the bias. The floor departs from the reference code (which has none): coordinates
+the data hardly touch would otherwise drift ``100-1000 eps`` per step (``docs/methods/smile.md``,
+"pSMILE", has the protein run that lost a chain this way).
 
 The energy error of a step compares minibatch log densities of two batches,
 ``dE = dK + l_B(t-1)(x_t) - l_B(t)(x_t+1)``, so it is dominated by minibatch noise; the step-size
@@ -270,6 +268,9 @@ class SMILE(MinibatchKernel):
     state_axes = _STATE_AXES
     nan_advice = "Each such step was reset; start from trained weights (a deep ensemble) or a smaller step_size."
 
+    setting_names = ("step_size", "precondition", "min_scale", "tuner", "adapt_during_sampling", "L", "pretrain",
+                     "ensemble_options", "init_strategy")
+
     def __init__(
         self,
         model: Callable,
@@ -323,8 +324,7 @@ class SMILE(MinibatchKernel):
             float(jnp.mean(state.step_size)), int(jnp.sum(state.num_resets)), int(jnp.sum(state.num_nans)))
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
-        self._config = SMILEConfig(int(num_warmup), self.tuner, self.precondition, self.adapt_during_sampling,
-                                   self.L, self.min_scale)
+        self._config = self.config(SMILEConfig, num_warmup=int(num_warmup))
         if init_params is None and self.pretrain:
             init_params = self._pretrained(rng_key, model_args, model_kwargs)
         return self._init_independent(rng_key, init_params, model_args, model_kwargs)

@@ -21,7 +21,7 @@ import numpy as np
 import numpyro
 
 from .._version import __version__
-from .sample_store import atomic_write_bytes
+from ..sample_store import atomic_write_bytes
 
 __all__ = ["CHECKPOINT_VERSION", "CheckpointError", "checkpoint_state", "digest", "read", "resumed_state", "versions",
            "write"]

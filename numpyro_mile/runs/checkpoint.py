@@ -55,11 +55,11 @@ class Checkpoint(NamedTuple):
 
 
 # ============================================================================== fingerprint
-#: attributes of kernels that ``init`` sets (not settings): left out of the fingerprint
-_RUNTIME_ATTRS = frozenset({
-    "ensembles", "_batched", "_num_warmup", "_schedule", "_coords", "_cache", "_mb", "_sample_fn", "_init_fn",
-    "_postprocess_fn", "_potential_fn_gen", "_postprocess_fn_gen", "_inv_transforms", "_dynamic_support",
-    "_prototype_trace", "_model", "_data", "_config", "_programs",
+#: attributes that NumPyro's own kernels (HMC, NUTS, ...) set in ``init``, not settings: left out of their fingerprint
+#: (this package's kernels list their settings themselves: ``kernel.settings()``)
+_NUMPYRO_RUNTIME_ATTRS = frozenset({
+    "_sample_fn", "_init_fn", "_postprocess_fn", "_potential_fn_gen", "_postprocess_fn_gen", "_inv_transforms",
+    "_dynamic_support", "_prototype_trace", "_model", "_cache",
 })
 
 
@@ -90,9 +90,11 @@ def _describe(value, depth: int = 0):
 
 
 def _kernel_settings(kernel) -> dict:
+    if callable(getattr(kernel, "settings", None)):  # this package's kernels say what their settings are
+        return {name: _describe(value) for name, value in sorted(kernel.settings().items())}
     settings = {}
     for name, value in sorted(vars(kernel).items()):
-        if name in _RUNTIME_ATTRS:
+        if name in _NUMPYRO_RUNTIME_ATTRS:
             continue
         if name.startswith("_") and not (isinstance(value, (bool, int, float, str, functools.partial))
                                          or (callable(value) and not isinstance(value, type))):
@@ -155,11 +157,15 @@ def run_fingerprint(mcmc, model_args: tuple = (), model_kwargs: dict | None = No
 
 #: kernel settings added after checkpoints were first written, with the value that reproduces the older runs:
 #: a checkpoint without one of them matches a kernel that has this value
-_LATER_SETTINGS = {"target_schedule": "auto", "_potential_fn": None}
+_LATER_SETTINGS = {"target_schedule": "auto", "potential_fn": None, "num_active_chains": None}
+#: settings that older checkpoints recorded under another name (private attributes, before ``kernel.settings()``)
+_RENAMED_SETTINGS = {"_potential_fn": "potential_fn", "_running_moments": "running_moments"}
 
 
 def _differences(saved: dict, now: dict, prefix: str = "") -> list[str]:
     out = []
+    if prefix == "kernel_settings.":
+        saved = {_RENAMED_SETTINGS.get(key, key): value for key, value in saved.items()}
     for key in sorted(set(saved) | set(now)):
         absent = _LATER_SETTINGS.get(key, "<absent>") if prefix == "kernel_settings." else "<absent>"
         a, b = saved.get(key, absent), now.get(key, absent)

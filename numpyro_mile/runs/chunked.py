@@ -2,7 +2,7 @@
 
 :func:`run_chunked` runs an ``MCMC`` object's whole run (warmup and sampling) in chunks of
 ``chunk_size`` steps, streams the kept draws of each chunk to a
-:class:`numpyro_mile.runs.sample_store.SampleStore` (memory is bounded by one chunk, not by the
+:class:`numpyro_mile.sample_store.SampleStore` (memory is bounded by one chunk, not by the
 run) and saves a checkpoint (:mod:`numpyro_mile.runs.checkpoint`) after each chunk. Called again
 with the same arguments after a crash, it continues from the last checkpoint, mid-warmup or
 mid-sampling, and produces the same draws, bit for bit, as an uninterrupted run, which are also
@@ -37,7 +37,7 @@ from .._arrays import storage_dtype
 from ..inference_data import load_inference_data
 from ._state_file import CheckpointError, checkpoint_state, digest, resumed_state, versions, write
 from .checkpoint import Checkpoint, check_fingerprint, load_checkpoint, run_fingerprint
-from .sample_store import SampleStore, load_samples
+from ..sample_store import SampleStore, load_samples
 
 __all__ = ["ChunkProgress", "ChunkedRun", "run_chunked"]
 
@@ -214,7 +214,7 @@ def run_chunked(
     :param rng_key: PRNG key, as for ``MCMC.run``.
     :param args: the model's arguments.
     :param checkpoint_path: checkpoint file (created, or resumed from).
-    :param sample_dir: directory of the :class:`~numpyro_mile.runs.sample_store.SampleStore`; default
+    :param sample_dir: directory of the :class:`~numpyro_mile.sample_store.SampleStore`; default
         ``<checkpoint_path>.samples``.
     :param chunk_size: steps per chunk (per chain). The draws do not depend on it.
     :param store_dtype: storage precision of floating-point draws: ``None`` (as sampled),

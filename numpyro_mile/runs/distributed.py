@@ -21,8 +21,9 @@ Chain counts that are not a multiple of the device count are padded: the chain a
 extended to the next multiple with copies of the last chain (same key, same start, so the
 copy repeats that chain's computation and cannot change any other chain), and the copies are
 dropped from the results. An ensemble kernel is told the number of real walkers through its
-``num_active_chains`` attribute, so that padded walkers do not enter shared statistics
-(ICSGLD's histogram update is a mean over the real walkers only).
+``num_active_chains`` setting, so that padded walkers do not enter shared statistics
+(ICSGLD's histogram update is a mean over the real walkers only): the run uses a copy of the
+kernel with that setting (``kernel.replace(num_active_chains=...)``), which becomes ``mcmc.sampler``.
 
 What crosses devices: for MILE and SGLD only a few scalars per step (the NaN-warning counts);
 for ICSGLD the histogram update ``H`` (``m`` numbers) and the energy range (2 scalars), never
@@ -261,7 +262,9 @@ def run_distributed(
     After the call ``mcmc.get_samples()`` and ``mcmc.get_extra_fields()`` return the real
     chains (gathered NumPy values with ``gather=True``); ``mcmc.last_state`` keeps the padded,
     sharded state (the first ``num_chains`` entries are the real chains), so that a later
-    ``mcmc.post_warmup_state = mcmc.last_state`` followed by ``run_distributed`` resumes.
+    ``mcmc.post_warmup_state = mcmc.last_state`` followed by ``run_distributed`` resumes. When it
+    pads an ensemble kernel's walkers, ``mcmc.sampler`` is from then on a copy of the kernel whose
+    ``num_active_chains`` names the real ones (the kernel passed in is left as it was).
 
     :param mcmc: a ``numpyro.infer.MCMC`` with ``chain_method="vectorized"`` (any method when
         ``num_chains=1``).
@@ -304,7 +307,8 @@ def run_distributed(
     num_chains = int(mcmc.num_chains)
     size = padded_size(num_chains, _mesh_size(mesh))
     kernel = mcmc.sampler
-    if kernel.is_ensemble_kernel and size != num_chains and not hasattr(kernel, "num_active_chains"):
+    masks_walkers = "num_active_chains" in getattr(kernel, "settings", dict)()
+    if kernel.is_ensemble_kernel and size != num_chains and not masks_walkers:
         raise ValueError(
             f"{type(kernel).__name__} is an ensemble kernel whose walkers interact, and {num_chains} walkers do not "
             f"fill {_mesh_size(mesh)} devices evenly; padding walkers would change the shared statistics. Use a "
@@ -319,18 +323,15 @@ def run_distributed(
     if size == 1:  # MCMC runs a single chain unbatched (one device, nothing to shard)
         keys = keys[0]
         init_params = None if init_params is None else jax.tree.map(lambda x: x[0], init_params)
-    ensemble = kernel.is_ensemble_kernel and hasattr(kernel, "num_active_chains")
-    previous = kernel.num_active_chains if ensemble else None
-    if ensemble:
-        kernel.num_active_chains = num_chains if size != num_chains else None
+    active = num_chains if size != num_chains else None
+    if kernel.is_ensemble_kernel and masks_walkers and kernel.num_active_chains != active:
+        mcmc.sampler = kernel = kernel.replace(num_active_chains=active)  # the user's kernel keeps its settings
     chain_method = mcmc.chain_method
     mcmc.num_chains, mcmc.chain_method = size, "vectorized"  # one chain padded to several: batched
     try:
         mcmc.run(keys, *model_args, extra_fields=tuple(extra_fields), init_params=init_params, **model_kwargs)
     finally:
         mcmc.num_chains, mcmc.chain_method = num_chains, chain_method
-        if ensemble:
-            kernel.num_active_chains = previous
     states = mcmc._states  # noqa: SLF001  (the padded, sharded results of the vectorized run)
     if gather:
         states = _unpad(to_host(states), num_chains)

@@ -30,7 +30,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .._arrays import STORE_DTYPES, storage_dtype
+from ._arrays import STORE_DTYPES, storage_dtype
 
 __all__ = ["SampleStore", "atomic_write_bytes", "load_samples"]
 
