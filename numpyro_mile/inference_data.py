@@ -13,7 +13,8 @@ groups itself:
   (``potential_energy`` becomes ``lp = -potential_energy``, ``num_steps`` ``n_steps``,
   ``accept_prob`` ``acceptance_rate``; kernel-specific fields such as MILE's ``step_size``,
   ``L``, ``energy_change`` keep their names); for an ICSGLD run also ``importance_weight``,
-  the normalised importance weights of the draws (:data:`IMPORTANCE_WEIGHT_NOTE`);
+  the normalised importance weights of the draws (what they are: the kernel's ``weights_note``, stored in
+  the group's attributes);
 * ``observed_data``: the observed sites of the training call (all rows, even with a
   subsampled plate);
 * with ``test=(X_test, y_test)``: ``log_likelihood`` holds the *test* pointwise
@@ -52,7 +53,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)  # ArviZ 0.23 announces its 1.0 refactor
     import arviz as az
 
-__all__ = ["IMPORTANCE_WEIGHT_NOTE", "SAMPLE_STATS_NAMES", "load_inference_data", "to_inference_data"]
+__all__ = ["SAMPLE_STATS_NAMES", "load_inference_data", "to_inference_data"]
 
 #: NumPyro extra-field names -> ArviZ ``sample_stats`` names (as ``arviz.from_numpyro``)
 SAMPLE_STATS_NAMES = {
@@ -62,14 +63,6 @@ SAMPLE_STATS_NAMES = {
     "accept_prob": "acceptance_rate",
 }
 
-
-#: ``attrs["importance_weight"]`` of the ``sample_stats`` group of an ICSGLD run (and ``attrs["note"]`` of the variable)
-IMPORTANCE_WEIGHT_NOTE = (
-    "importance_weight: normalised ICSGLD importance weights theta[J]^zeta of the draws (theta: the "
-    "energy histogram at the end of the run, J: the draw's energy bin; 0 in the overflow bin), summing to 1 "
-    "over all chains and draws. The draws target a flattened distribution: unweighted ESS, R-hat, LOO and means "
-    "describe that distribution, not the posterior; weight posterior expectations with importance_weight."
-)
 
 def _sample_weights(mcmc, extra_fields: dict, chain_draw: tuple[int, int]) -> np.ndarray | None:
     """The kernel's weights of the draws (``sample_weights`` hook, e.g. ICSGLD's importance weights), or ``None``
@@ -84,9 +77,9 @@ def _sample_weights(mcmc, extra_fields: dict, chain_draw: tuple[int, int]) -> np
         what = (f"the extra field(s) {missing} were not collected" if missing
                 else "mcmc.last_state is not available")
         warnings.warn(
-            f"to_inference_data: this is an {name} run, whose draws carry weights (they target a flattened "
-            f"distribution), but {what}, so sample_stats.importance_weight is left out and the InferenceData "
-            f"describes the flattened distribution only. Run it with mcmc.run(..., extra_fields={needed!r}) and "
+            f"to_inference_data: this is an {name} run, whose draws carry weights, but {what}, so "
+            f"sample_stats.importance_weight is left out and the InferenceData describes the unweighted draws "
+            f"only. Run it with mcmc.run(..., extra_fields={needed!r}) and "
             "convert the MCMC object after the run.",
             UserWarning,
             stacklevel=3,
@@ -266,8 +259,9 @@ def to_inference_data(
         if group in groups:
             idata[group].attrs["data"] = "test"
     if weights is not None:
-        idata.sample_stats.attrs["importance_weight"] = IMPORTANCE_WEIGHT_NOTE
-        idata.sample_stats["importance_weight"].attrs["note"] = IMPORTANCE_WEIGHT_NOTE
+        note = getattr(mcmc.sampler, "weights_note", "importance_weight: normalised weights of the draws.")
+        idata.sample_stats.attrs["importance_weight"] = note
+        idata.sample_stats["importance_weight"].attrs["note"] = note
     if run_warnings:  # what went wrong travels with the draws (a string: netCDF attributes hold no lists)
         idata.posterior.attrs["run_warnings"] = "\n".join(run_warnings)
     return idata

@@ -216,6 +216,27 @@ def test_nuts_stopped_mid_warmup_resumes_and_saved_warmup_continues_mcmc(tmp_pat
         load_checkpoint(tmp_path / "warm.ckpt", mcmc=MCMC(NUTS(two_d), num_warmup=41, num_samples=30))
 
 
+def nuts_potential(z):
+    return 0.5 * jnp.sum(z["x"] ** 2)
+
+
+def other_potential(z):
+    return jnp.sum(z["x"] ** 2)
+
+
+def test_nuts_on_a_potential_fn_resumes_its_own_checkpoint(tmp_path):
+    """NumPyro's HMC keeps its target as ``_potential_fn``, a name this package's older checkpoints used for
+    MILE's ``potential_fn``: a NUTS checkpoint matches its own run and not one on another potential."""
+    init = {"x": jnp.zeros(2)}
+    mcmc = lambda fn: MCMC(NUTS(potential_fn=fn), num_warmup=20, num_samples=10, progress_bar=False)  # noqa: E731
+    warm = mcmc(nuts_potential)
+    warm.warmup(jax.random.PRNGKey(0), init_params=init)
+    save_checkpoint(warm, tmp_path / "nuts_fn.ckpt")
+    assert load_checkpoint(tmp_path / "nuts_fn.ckpt", mcmc=mcmc(nuts_potential)).step == 20
+    with pytest.raises(CheckpointError, match="kernel_settings._potential_fn"):
+        load_checkpoint(tmp_path / "nuts_fn.ckpt", mcmc=mcmc(other_potential))
+
+
 # ------------------------------------------------------------------------------------------ file integrity
 def small_state():
     from numpyro_mile.kernels._langevin import RunningMoments

@@ -20,7 +20,6 @@ with warnings.catch_warnings():
     import arviz as az
 
 from numpyro_mile import ICSGLD, MILE, SGLD, importance_weights, metrics, plots  # noqa: E402
-from numpyro_mile import inference_data as reporting  # noqa: E402
 from numpyro_mile.datasets import toy_regression  # noqa: E402
 from numpyro_mile.models import mlp_regression  # noqa: E402
 from numpyro_mile.inference_data import to_inference_data  # noqa: E402
@@ -165,7 +164,7 @@ def test_icsgld_carries_importance_weights(icsgld_run, data):
     np.testing.assert_array_equal(weight.values, importance_weights(icsgld_run, group_by_chain=True))
     np.testing.assert_array_equal(weight.values.reshape(-1), importance_weights(icsgld_run))  # get_samples order
     assert "summing to 1 over all chains and draws" in stats.attrs["importance_weight"] and "flattened" in stats.attrs["importance_weight"]
-    assert weight.attrs["note"] == reporting.IMPORTANCE_WEIGHT_NOTE
+    assert weight.attrs["note"] == ICSGLD.weights_note
     # weighted posterior expectations in xarray agree with importance_weights over get_samples()
     mean = (weight * idata.posterior["b1"]).sum(("chain", "draw")).values
     flat = np.asarray(icsgld_run.get_samples()["b1"])

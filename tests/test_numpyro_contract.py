@@ -216,3 +216,55 @@ def test_replace_makes_a_new_kernel_with_changed_settings():
         kernel.replace(num_walkers=3)
     with pytest.raises(ValueError, match="num_active_chains"):
         kernel.replace(num_active_chains=1)
+
+
+def other_potential(z):
+    return jnp.sum(z["w"] ** 2)
+
+
+#: a second valid value of every constructor argument (but the model) of each kernel
+OTHER_VALUES = {
+    "common": dict(step_size=2e-3, init_strategy=numpyro.infer.init_to_median, pretrain=False,
+                   ensemble_options={"num_steps": 10}, temperature=0.5),
+    "MILE": dict(potential_fn=other_potential, phase_split=(0.7, 0.2, 0.1), target_energy_variance=(0.4, 0.1),
+                 target_schedule="linear", n_eff=50.0, trust=2.0, L_factor=0.5, initial_step_size=1e-2,
+                 initial_L=1.0, ess_num_coords=16, max_stored_samples=500, map_steps=10, map_learning_rate=0.1,
+                 shard_chains=False),
+    "SGLD": dict(schedule=("polynomial", 1e-3, 1.0, 0.55), preconditioner="rmsprop", rmsprop_decay=0.9,
+                 rmsprop_eps=1e-4, running_moments=True),
+    "ICSGLD": dict(zeta=2.0, num_bins=20, bin_width=2.0, min_energy=1.0, sa_schedule=0.3, multiplier_clip=5.0,
+                   csgld=True, num_active_chains=3),
+    "SMILE": dict(precondition=True, min_scale=0.2, reset_quantile=0.99, adapt_prob=0.2, adapt_strength=0.05,
+                  smoothing=0.02, adapt_during_sampling=True, L=1.0),
+    "Toy": {},
+}
+
+
+@pytest.mark.parametrize("name, make, model_kwargs", kernels(), ids=[k[0] for k in kernels()])
+def test_every_constructor_argument_is_a_setting(name, make, model_kwargs):
+    """Changing any constructor argument changes the kernel's checkpoint fingerprint (``settings()``, as
+    described there), also for a new value of the same kind (a schedule's constants): a run is never resumed
+    under settings other than its own. A new argument without a value here fails the test."""
+    import inspect
+
+    from numpyro_mile.runs.checkpoint import _kernel_settings
+
+    kernel = make()
+    same = _kernel_settings(kernel.replace())
+    assert same == _kernel_settings(kernel)
+    others = {**OTHER_VALUES["common"], **OTHER_VALUES[name]}
+    for argument in list(inspect.signature(type(kernel)).parameters)[1:]:
+        assert argument in others, f"no second value of {name}'s {argument!r} in OTHER_VALUES"
+        base = kernel
+        if argument == "potential_fn":  # MILE takes a model or a potential function, not both
+            base = MILE(potential_fn=lambda z: 0.5 * jnp.sum(z["w"] ** 2))
+            changed = MILE(potential_fn=other_potential)
+        elif argument == "schedule":  # a second value of the same kind: other constants
+            base = kernel.replace(schedule=("polynomial", 2e-3, 1.0, 0.55))
+            changed = kernel.replace(schedule=others[argument])
+        elif argument == "sa_schedule":
+            base = kernel.replace(sa_schedule=0.5)
+            changed = kernel.replace(sa_schedule=others[argument])
+        else:
+            changed = kernel.replace(**{argument: others[argument]})
+        assert _kernel_settings(changed) != _kernel_settings(base), f"{name}({argument}=...) leaves settings() as is"

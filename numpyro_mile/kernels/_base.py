@@ -68,8 +68,10 @@ def over_chains(fn: Callable, state_axes, batched: bool, num_states: int = 1) ->
 class ChainKernel(MCMCKernel):
     """NumPyro's ``MCMCKernel`` interface shared by this package's kernels.
 
-    Subclasses set :attr:`kernel_name` and :attr:`state_axes`, implement ``init`` / ``sample`` with
-    their module's pure functions, and may extend :meth:`run_warnings`.
+    Subclasses set :attr:`kernel_name`, :attr:`state_axes` and :attr:`setting_names`, implement ``init`` /
+    ``sample`` with their module's pure functions (``init`` builds the run's config with :meth:`config`), and
+    may extend :meth:`run_warnings`. :meth:`settings` says what a run of the kernel depends on (checkpoints
+    compare it); :meth:`replace` makes a changed copy for a driver that needs another setting.
     """
 
     sample_field = "z"
@@ -80,12 +82,13 @@ class ChainKernel(MCMCKernel):
     #: advice appended to the rejected-steps warning
     nan_advice = "The step size is probably too large for this model: see the 'num_nans' extra field."
     #: the attributes holding the kernel's settings (its constructor arguments, validated and normalised):
-    #: :meth:`settings` reads them
+    #: :meth:`~numpyro_mile.kernels._base.ChainKernel.settings` reads them; a kernel that lists none is described
+    #: by its constructor arguments
     setting_names: tuple[str, ...] = ()
 
     def __new__(cls, *args, **kwargs):
         kernel = super().__new__(cls)
-        kernel._constructor_args = (args, kwargs)  # what the user passed, for :meth:`replace`
+        kernel._constructor_args = (args, dict(kwargs))  # what the user passed, for :meth:`replace`
         return kernel
 
     def __init__(self, model: Callable | None):
@@ -95,25 +98,44 @@ class ChainKernel(MCMCKernel):
         # kernel sets it once initialised (:meth:`initialised`), so a continuation never pretrains again
         self._sample_fn = None
 
+    def _bound_arguments(self) -> inspect.BoundArguments:
+        args, kwargs = self._constructor_args
+        return inspect.signature(type(self)).bind(*args, **kwargs)
+
     def settings(self) -> dict[str, Any]:
-        """The kernel's settings by name: the one source of its run configuration (built by ``init``) and of a
-        checkpoint's fingerprint (:func:`numpyro_mile.runs.run_fingerprint`)."""
-        return {name: getattr(self, name) for name in self.setting_names}
+        """The kernel's settings by name: the one source of its run configuration
+        (:meth:`~numpyro_mile.kernels._base.ChainKernel.config`, in ``init``) and of a checkpoint's fingerprint
+        (:func:`numpyro_mile.runs.checkpoint.run_fingerprint`). The attributes named by ``setting_names``; for a
+        kernel that names none, its constructor arguments (defaults filled in, the model left out: the
+        fingerprint records it apart)."""
+        if self.setting_names:
+            return {name: getattr(self, name) for name in self.setting_names}
+        bound = self._bound_arguments()
+        bound.apply_defaults()
+        return {name: value for name, value in bound.arguments.items() if name != "model"}
 
     def config(self, config_type, **run_values):
-        """``config_type`` (a NamedTuple of a run's fixed settings) from :meth:`settings` and the ``run_values``
-        only ``init`` knows (e.g. ``num_warmup``); fields absent from both keep their defaults."""
+        """``config_type`` (a NamedTuple of a run's fixed settings) from ``settings()`` and the ``run_values``
+        only ``init`` knows (e.g. ``num_warmup``).
+
+        :raises TypeError: when a field of ``config_type`` is in neither (a setting missing from
+            ``setting_names``, which would otherwise be left out of checkpoint fingerprints too).
+        """
         settings = self.settings()
-        return config_type(**{name: settings[name] for name in config_type._fields if name in settings}, **run_values)
+        missing = [name for name in config_type._fields if name not in settings and name not in run_values]
+        if missing:
+            raise TypeError(f"{config_type.__name__} field(s) {missing} are neither settings of {self.kernel_name} "
+                            "(setting_names) nor run values passed to config().")
+        return config_type(**{name: settings[name] for name in config_type._fields if name not in run_values},
+                           **run_values)
 
     def replace(self, **changes) -> ChainKernel:
         """A new kernel made with this one's constructor arguments, ``changes`` (constructor keyword arguments)
         applied; it has run nothing. Drivers use it to change a setting without touching the user's kernel."""
-        args, kwargs = self._constructor_args
-        bound = inspect.signature(type(self)).bind(*args, **kwargs)
         unknown = sorted(set(changes) - set(inspect.signature(type(self)).parameters))
         if unknown:
             raise TypeError(f"{self.kernel_name} has no constructor argument(s) {unknown}.")
+        bound = self._bound_arguments()
         bound.arguments.update(changes)
         return type(self)(*bound.args, **bound.kwargs)
 
@@ -191,6 +213,8 @@ class ChainKernel(MCMCKernel):
 
     #: extra fields :meth:`sample_weights` reads (``mcmc.run(..., extra_fields=...)``); none for equal weights
     weight_fields: tuple[str, ...] = ()
+    #: what the weights are and how to use them, stored with them by :func:`numpyro_mile.to_inference_data`
+    weights_note = "importance_weight: normalised weights of the draws, summing to 1 over all chains and draws."
 
     def sample_weights(self, mcmc) -> np.ndarray | None:
         """Weights of the draws of ``mcmc`` (a run of this kernel), shape ``(chains, draws)``, summing to 1, or

@@ -15,6 +15,7 @@ energy and gradient at its position, so a step costs one gradient evaluation
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import jax
@@ -97,7 +98,12 @@ def polynomial_schedule(a: float, b: float, gamma: float) -> Callable:
             f"a polynomial step-size schedule a * (b + k)^(-gamma) needs a > 0, b > 0 and 0 < gamma <= 1 "
             f"(0.5 < gamma <= 1 for SGLD's convergence theory), got a={a}, b={b}, gamma={gamma}."
         )
-    return lambda k: a * (b + k) ** (-gamma)
+    # a partial, not a closure: checkpoint fingerprints describe it with its arguments
+    return functools.partial(_polynomial, float(a), float(b), float(gamma))
+
+
+def _polynomial(a: float, b: float, gamma: float, k):
+    return a * (b + k) ** (-gamma)
 
 
 def as_schedule(step_size, schedule) -> Callable:

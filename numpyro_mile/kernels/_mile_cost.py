@@ -6,7 +6,6 @@ public settings and its ``init`` / ``step_fn`` only.
 
 from __future__ import annotations
 
-import copy
 import time
 from functools import partial
 from typing import NamedTuple
@@ -102,8 +101,7 @@ def estimate_cost(kernel, rng_key, *model_args, num_warmup: int, num_samples: in
     flat = ravel_pytree(jax.tree.map(lambda x: x[0], init_params))[0]
     dim, itemsize = int(flat.shape[0]), flat.dtype.itemsize
     if method == "step":
-        kernel = copy.copy(kernel)
-        kernel.pretrain, kernel.ensembles = False, []
+        kernel = kernel.replace(pretrain=False)
         state = kernel.init(keys, num_warmup, init_params=init_params, model_args=model_args,
                             model_kwargs=model_kwargs)
         potential_fn = kernel._potential_fn_gen(*model_args, **model_kwargs)

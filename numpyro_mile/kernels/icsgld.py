@@ -55,6 +55,7 @@ flattened samples), so they plug into the ``weights=`` argument of :mod:`numpyro
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Callable, NamedTuple
 
@@ -133,14 +134,17 @@ def default_sa_schedule(k):
     return 1.0 / (k ** 0.6 + 100.0)
 
 
+def _constant_sa_step(value: float, k):
+    return value
+
+
 def _as_sa_schedule(sa_schedule) -> Callable:
     if sa_schedule is None:
         return default_sa_schedule
     if callable(sa_schedule):
         return sa_schedule
     if isinstance(sa_schedule, (int, float, np.floating)) and 0 < sa_schedule < 1:
-        value = float(sa_schedule)
-        return lambda k: value
+        return functools.partial(_constant_sa_step, float(sa_schedule))  # fingerprints show the value
     raise ValueError(
         f"sa_schedule must be None (1 / (k^0.6 + 100)), a constant in (0, 1) or a callable k -> omega_k, "
         f"got {sa_schedule!r}."
@@ -298,7 +302,8 @@ class ICSGLD(MinibatchKernel):
     :param init_strategy: NumPyro init strategy when no ``init_params`` are given.
     :param num_active_chains: the walkers that take part (the first ones), when the walker axis is padded to
         fill devices; the others move but enter no shared statistic. ``None``: all.
-        :func:`numpyro_mile.run_distributed` sets it on a copy of the kernel (:meth:`replace`) when it pads.
+        :func:`numpyro_mile.run_distributed` sets it on a copy of the kernel
+        (:meth:`~numpyro_mile.kernels._base.ChainKernel.replace`) when it pads.
 
     Extra fields (per chain): ``potential_energy``, ``bin``, ``log_weight``, ``multiplier``,
     ``num_nans``; ``bin`` and ``log_weight`` are always collected.
@@ -413,6 +418,12 @@ class ICSGLD(MinibatchKernel):
 
     # ------------------------------------------------------------------ results
     weight_fields = ("bin",)
+    weights_note = (
+        "importance_weight: normalised ICSGLD importance weights theta[J]^zeta of the draws (theta: the "
+        "energy histogram at the end of the run, J: the draw's energy bin; 0 in the overflow bin), summing to 1 "
+        "over all chains and draws. The draws target a flattened distribution: unweighted ESS, R-hat, LOO and "
+        "means describe that distribution, not the posterior; weight posterior expectations with importance_weight."
+    )
 
     def sample_weights(self, mcmc) -> np.ndarray:
         """:func:`importance_weights` of ``mcmc`` with the final histogram, shape ``(chains, draws)``."""

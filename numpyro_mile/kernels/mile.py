@@ -378,7 +378,7 @@ class MILE(ChainKernel):
                              f"got {type(target).__name__}.")
         if target_schedule not in tuning.TARGET_SCHEDULES:
             raise ValueError(f"target_schedule must be one of {tuning.TARGET_SCHEDULES}, got {target_schedule!r}.")
-        self._model = model
+        super().__init__(model)
         self._potential_fn = potential_fn
         self.target_schedule = target_schedule
         self.pretrain = pretrain
@@ -396,7 +396,6 @@ class MILE(ChainKernel):
         self._potential_fn_gen = None
         self._postprocess_fn_gen = None
         self._config: MILEConfig | None = None  # set by init
-        self._data = None  # the model's arguments split into arrays and static parts (set by init)
 
     def settings(self) -> dict:
         return {**super().settings(), "potential_fn": self._potential_fn}
@@ -552,7 +551,7 @@ class MILE(ChainKernel):
         return self.step_fn(state, self._potential_fn_gen(*args, **kwargs))
 
     def step_fn(self, state: MILEState, potential_fn: Callable) -> MILEState:
-        """:func:`step` with this run's configuration (after ``init``)."""
+        """:func:`mile_step` with this run's configuration (after ``init``)."""
         return mile_step(state, potential_fn, self._config)
 
     # ------------------------------------------------------------------ cost

@@ -59,7 +59,7 @@ class Checkpoint(NamedTuple):
 #: (this package's kernels list their settings themselves: ``kernel.settings()``)
 _NUMPYRO_RUNTIME_ATTRS = frozenset({
     "_sample_fn", "_init_fn", "_postprocess_fn", "_potential_fn_gen", "_postprocess_fn_gen", "_inv_transforms",
-    "_dynamic_support", "_prototype_trace", "_model", "_cache",
+    "_dynamic_support", "_prototype_trace", "_model", "_cache", "_num_warmup",
 })
 
 
@@ -158,14 +158,16 @@ def run_fingerprint(mcmc, model_args: tuple = (), model_kwargs: dict | None = No
 #: kernel settings added after checkpoints were first written, with the value that reproduces the older runs:
 #: a checkpoint without one of them matches a kernel that has this value
 _LATER_SETTINGS = {"target_schedule": "auto", "potential_fn": None, "num_active_chains": None}
-#: settings that older checkpoints recorded under another name (private attributes, before ``kernel.settings()``)
+#: settings that this package's older checkpoints recorded under another name (private attributes, before
+#: ``kernel.settings()``); a name the kernel still has (NumPyro's ``HMC._potential_fn``) is not renamed
 _RENAMED_SETTINGS = {"_potential_fn": "potential_fn", "_running_moments": "running_moments"}
 
 
 def _differences(saved: dict, now: dict, prefix: str = "") -> list[str]:
     out = []
     if prefix == "kernel_settings.":
-        saved = {_RENAMED_SETTINGS.get(key, key): value for key, value in saved.items()}
+        saved = {(_RENAMED_SETTINGS[key] if key in _RENAMED_SETTINGS and key not in now else key): value
+                 for key, value in saved.items()}
     for key in sorted(set(saved) | set(now)):
         absent = _LATER_SETTINGS.get(key, "<absent>") if prefix == "kernel_settings." else "<absent>"
         a, b = saved.get(key, absent), now.get(key, absent)

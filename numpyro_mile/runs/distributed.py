@@ -314,7 +314,7 @@ def run_distributed(
             f"fill {_mesh_size(mesh)} devices evenly; padding walkers would change the shared statistics. Use a "
             f"multiple of {_mesh_size(mesh)} chains."
         )
-    if kernel.is_ensemble_kernel and size < 2:
+    if kernel.is_ensemble_kernel and num_chains < 2:
         raise ValueError("an ensemble kernel needs at least 2 walkers (num_chains >= 2).")
 
     keys = shard_chains(_chain_keys(rng_key, num_chains), mesh, num_chains)
@@ -326,6 +326,9 @@ def run_distributed(
     active = num_chains if size != num_chains else None
     if kernel.is_ensemble_kernel and masks_walkers and kernel.num_active_chains != active:
         mcmc.sampler = kernel = kernel.replace(num_active_chains=active)  # the user's kernel keeps its settings
+        # NumPyro keeps the compiled sampling functions of the previous sampler, keyed by the data only
+        mcmc._cache.clear()  # noqa: SLF001
+        mcmc._init_state_cache.clear()  # noqa: SLF001
     chain_method = mcmc.chain_method
     mcmc.num_chains, mcmc.chain_method = size, "vectorized"  # one chain padded to several: batched
     try:
