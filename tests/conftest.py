@@ -11,26 +11,14 @@ at the end without clearing, 1,508 with it, the same wall time (216 vs 218 s).
 JAX's persistent compilation cache stays off in the test processes (its own tests turn it on in a
 subprocess): the full suite took 792 s on 2 workers without it (2-core machine, 2026-12-03), less than
 the 846 s recorded with it before.
-
-The test processes compile without LLVM's optimisation passes (``_subprocess.FAST_COMPILE_XLA_FLAGS``, as the
-subprocess tests already did), unless ``XLA_FLAGS`` already chooses an optimisation level: compiling is most of
-the suite's time. Measured on ``tests/test_numpyro_upstream.py`` + ``tests/test_mile.py``, 2 workers on the
-2-core machine (2026-12-04): 202 s with it against 238 s without, every test passing both ways. Benchmarks
-never set it.
 """
 
 from __future__ import annotations
 
 import gc
-import os
 
-import _subprocess
-
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):  # before JAX starts its backend
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_subprocess.FAST_COMPILE_XLA_FLAGS}".strip()
-
-import jax  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import pytest
 
 
 @pytest.fixture(autouse=True, scope="module")
