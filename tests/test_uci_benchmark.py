@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import _subprocess
+
 REPO = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("uci_bench", REPO / "benchmarks" / "uci.py")
 uci = importlib.util.module_from_spec(spec)
@@ -20,7 +22,9 @@ def test_missing_data_is_a_clear_error(tmp_path, capsys):
 
 
 @pytest.mark.skipif(not (DATA / "yacht.data").exists(), reason="UCI data not available")
-def test_tiny_run_schema_and_resume(tmp_path):
+def test_tiny_run_schema_and_resume(tmp_path, monkeypatch):
+    # the runner works in a child process per (dataset, seed), compile-bound at this budget: no LLVM optimisation
+    monkeypatch.setenv("XLA_FLAGS", _subprocess.FAST_COMPILE_XLA_FLAGS)
     out = tmp_path / "out"
     assert uci.main(["--profile", "tiny", "--data", str(DATA), "--out", str(out)]) == 0
     with (out / "results.csv").open() as f:
