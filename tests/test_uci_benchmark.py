@@ -2,6 +2,7 @@
 
 import csv
 import importlib.util
+import os
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ def test_missing_data_is_a_clear_error(tmp_path, capsys):
 @pytest.mark.skipif(not (DATA / "yacht.data").exists(), reason="UCI data not available")
 def test_tiny_run_schema_and_resume(tmp_path, monkeypatch):
     # the runner works in a child process per (dataset, seed), compile-bound at this budget: no LLVM optimisation
-    monkeypatch.setenv("XLA_FLAGS", _subprocess.FAST_COMPILE_XLA_FLAGS)
+    monkeypatch.setenv("XLA_FLAGS", f"{os.environ.get('XLA_FLAGS', '')} {_subprocess.FAST_COMPILE_XLA_FLAGS}".strip())
     out = tmp_path / "out"
     assert uci.main(["--profile", "tiny", "--data", str(DATA), "--out", str(out)]) == 0
     with (out / "results.csv").open() as f:
