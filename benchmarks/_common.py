@@ -28,6 +28,29 @@ COMPILE_EVENTS = (
 )
 
 
+# ============================================================================ kernels
+KERNELS = ("MILE", "SGLD", "ICSGLD", "SMILE")
+
+
+def make_kernel(name: str):
+    """One of ``KERNELS`` on ``mlp_regression`` with the settings the benchmarks give each: MILE and SMILE with their
+    defaults (pretraining without a progress bar), SGLD and ICSGLD with step size 1e-4 (ICSGLD: 50 energy bins of
+    width 5 from 0, zeta 0.75). The minibatch kernels take ``subsample_size`` at ``MCMC.run``."""
+    import numpyro_mile
+    from numpyro_mile.models import mlp_regression
+
+    quiet = dict(progress_bar=False)
+    if name == "SGLD":
+        return numpyro_mile.SGLD(mlp_regression, 1e-4)
+    if name == "ICSGLD":
+        return numpyro_mile.ICSGLD(mlp_regression, 1e-4, zeta=0.75, num_bins=50, bin_width=5.0, min_energy=0.0)
+    if name == "SMILE":
+        return numpyro_mile.SMILE(mlp_regression, ensemble_options=quiet)
+    if name == "MILE":
+        return numpyro_mile.MILE(mlp_regression, ensemble_options=quiet)
+    raise ValueError(f"unknown kernel {name!r}; one of {KERNELS}")
+
+
 # ============================================================================ machine
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo; ``platform.processor()`` or the architecture elsewhere."""

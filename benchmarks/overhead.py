@@ -55,8 +55,7 @@ import time
 from pathlib import Path
 
 from _common import (ROOT, CompileClock, add_common_options, argument_parser, command_line, compile_ahead, data_dir,
-                     finished, load_average, machine_lines, markdown_table,
-                     timed)
+                     finished, load_average, machine_lines, make_kernel, markdown_table, timed)
 
 REPORT = ROOT / "docs" / "benchmarks" / "overhead.md"
 HIDDEN = (16, 16)
@@ -78,21 +77,6 @@ def parse_args(argv=None):
 
 
 # ============================================================================ part 1: compilation
-def make_kernel(name: str):
-    """The small job's kernel: MILE, or a minibatch kernel (batches of 32 rows) with its defaults."""
-    import numpyro_mile
-    from numpyro_mile.models import mlp_regression
-
-    quiet = dict(progress_bar=False)
-    if name == "SGLD":
-        return numpyro_mile.SGLD(mlp_regression, 1e-4)
-    if name == "ICSGLD":
-        return numpyro_mile.ICSGLD(mlp_regression, 1e-4, zeta=0.75, num_bins=50, bin_width=5.0, min_energy=0.0)
-    if name == "SMILE":
-        return numpyro_mile.SMILE(mlp_regression, ensemble_options=quiet)
-    return numpyro_mile.MILE(mlp_regression, ensemble_options=quiet)
-
-
 def child_compile(cache: str | None, kernel_name: str = "MILE") -> dict:
     """The small job twice in this process; returns wall/CPU/compile per run (printed as JSON)."""
     import jax
