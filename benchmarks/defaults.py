@@ -9,8 +9,8 @@ SMILE with their defaults; SGLD and ICSGLD with step size 1e-4); SGLD, ICSGLD an
 when JAX starts): ``numpyro.set_host_device_count(D)`` with ``D`` = 1 and ``D`` = every core, times
 ``progress_bar`` off and on. In each process two runs of the same shapes: a small one (``--small`` warmup + a
 fifth of it sampling) and a big one (``--big`` + a fifth), after an untimed warm-up run of 100 + 20 steps that
-compiles the kernel's own programs (NumPyro compiles its sampling loop again in every run); each timed whole (wall and process CPU, compilation
-included, as a user waits for it); the per-step cost is the two-point estimate
+compiles the kernel's own programs (NumPyro compiles its sampling loop again in every run); each timed whole
+(wall and process CPU, compilation included, as a user waits for it); the per-step cost is the two-point estimate
 ``(big - small) / (steps of big - steps of small)``, which cancels compilation. Configurations run one after
 another, never side by side.
 
@@ -93,7 +93,7 @@ def main(argv=None) -> None:
     parser.add_argument("--small", type=int, default=2_000, help="warmup steps of the small run")
     parser.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(KERNELS), help="kernels to run")
     parser.add_argument("--render", action="store_true",
-                        help="write the page again from the saved measurements (defaults.json beside it), measuring nothing")
+                        help="write the page again from the saved measurements (defaults.json beside it); measure nothing")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kernel", default="MILE", help=argparse.SUPPRESS)
     parser.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
@@ -186,7 +186,8 @@ def report(args, results: list[dict], machine: list[str], load_start: float, loa
         "What the bar adds per step (target of issue #29: a run at the paper's budget with the bar takes <= 1.1x the "
         "wall of one without; judged here on the per-step ratio, which such a run approaches):",
         "",
-        *[f"- {r['kernel']}, {r['devices']} device{'s' if r['devices'] > 1 else ''}: +{extra:.3f} ms per step, {ratio:.2f}x per step, "
+        *[f"- {r['kernel']}, {r['devices']} device{'s' if r['devices'] > 1 else ''}: +{extra:.3f} ms per step, "
+          f"{ratio:.2f}x per step, "
           f"{r['big']['wall'] / twin(r, r['devices'], False)['big']['wall']:.2f}x on the big run's wall"
           + (" (target met)" if ratio <= 1.1 else " (target missed)")
           for r, extra, ratio in bar_cost],
@@ -196,12 +197,14 @@ def report(args, results: list[dict], machine: list[str], load_start: float, loa
         f"{worst[2]:.2f}x per step): for `vectorized` chains `fori_collect` calls the compiled step from a Python "
         "loop, once per step (a note in NumPyro's `MCMC` docstring: `progress_bar=False` improves speed in many "
         "cases), so every step pays a launch, its output buffers and, on several CPU devices, a hand-over between "
-        "the devices' threads and the Python thread, which runs part of the step itself. A kernel cannot batch NumPyro's steps; "
+        "the devices' threads and the Python thread, which runs part of the step itself. A kernel cannot batch "
+        "NumPyro's steps; "
         "what it can do is keep its carried state small. MILE does (Phase III's ESS buffer is 128 KB per chain; with "
         "the reference's 10,000 x 2,000 buffer the bar made this run 1.8x slower on one device: 81.6 against 45.3 s, "
         "measured once before the change with an ad-hoc script, not by this one). The cheaper the step, the larger "
         f"the bar's share: the minibatch kernels' steps cost {min(sg_steps):.2f}-{max(sg_steps):.2f} ms without "
-        f"it, and it adds {min(sg_extra):.3f}-{max(sg_extra):.3f} ms to each. With the bar on, sharding still pays on MILE's model, which MILE shards by default only when a step "
+        f"it, and it adds {min(sg_extra):.3f}-{max(sg_extra):.3f} ms to each. With the bar on, sharding still pays "
+        "on MILE's model, which MILE shards by default only when a step "
         "of all chains is at least 20 MFLOP (`shard_chains=None`; this model: 57 MFLOP); the minibatch kernels "
         "keep their chains on one device. Without the bar (`progress_bar=False`) every core is used at full "
         "speed.",
