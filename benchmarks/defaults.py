@@ -93,7 +93,7 @@ def main(argv=None) -> None:
     parser.add_argument("--small", type=int, default=2_000, help="warmup steps of the small run")
     parser.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(KERNELS), help="kernels to run")
     parser.add_argument("--render", action="store_true",
-                        help="write the page again from the saved measurements (defaults.json beside it); measure nothing")
+                        help="write the page from the saved measurements (defaults.json beside it); measure nothing")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kernel", default="MILE", help=argparse.SUPPRESS)
     parser.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
