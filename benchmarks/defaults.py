@@ -7,8 +7,9 @@ passed as ``init_params`` so that every row starts alike). Kernels as ``_common.
 SMILE with their defaults; SGLD and ICSGLD with step size 1e-4); SGLD, ICSGLD and SMILE on batches of 32 rows
 (``subsample_size=32``). Each configuration runs in its own Python process (the number of CPU devices is fixed
 when JAX starts): ``numpyro.set_host_device_count(D)`` with ``D`` = 1 and ``D`` = every core, times
-``progress_bar`` off and on. In each process two runs of the same shapes: a small one (``--small`` warmup + a
-fifth of it sampling) and a big one (``--big`` + a fifth), after an untimed warm-up run of 100 + 20 steps that
+``MCMC.run`` with ``progress_bar`` off and on, and ``numpyro_mile.run_chunked`` (compiled chunks of 1,000 steps, a
+checkpoint and a bar update after each) with the bar on. In each process two runs of the same shapes: a small
+one (``--small`` warmup + a fifth of it sampling) and a big one (``--big`` + a fifth), after an untimed warm-up run of 100 + 20 steps that
 compiles the kernel's own programs (NumPyro compiles its sampling loop again in every run); each timed whole
 (wall and process CPU, compilation included, as a user waits for it); the per-step cost is the two-point estimate
 ``(big - small) / (steps of big - steps of small)``, which cancels compilation. Configurations run one after
@@ -36,6 +37,8 @@ from _common import (KERNELS, ROOT, add_common_options, argument_parser, command
 
 REPORT = ROOT / "docs" / "benchmarks" / "defaults.md"
 K = 12
+#: how the run is made: NumPyro's ``MCMC.run`` with the bar off / on, or ``run_chunked`` with the bar on
+BARS = ("off", "on", "run_chunked")
 HIDDEN = (16, 16)
 
 
@@ -56,29 +59,38 @@ def child(args) -> None:
     import numpy as np
     from numpyro.infer import MCMC
 
+    from numpyro_mile import run_chunked
+
     X, y = load(args.data)
     init = dict(np.load(args.init))
     batch = {} if args.kernel == "MILE" else {"subsample_size": 32}
-    out = {"kernel": args.kernel, "devices": jax.local_device_count(), "progress_bar": args.progress_bar}
+    out = {"kernel": args.kernel, "devices": jax.local_device_count(), "progress_bar": args.bar != "off",
+           "bar": args.bar}
     for name, warmup in (("warm-up", 100), ("small", args.small), ("big", args.big)):
         mcmc = MCMC(make_kernel(args.kernel), num_warmup=warmup, num_samples=warmup // 5, num_chains=K,
-                    chain_method="vectorized", progress_bar=args.progress_bar)
-        start, cpu = time.perf_counter(), time.process_time()
-        mcmc.run(jax.random.PRNGKey(1), X, y, hidden=HIDDEN, init_params=init, **batch)
-        jax.block_until_ready(mcmc.get_samples())
+                    chain_method="vectorized", progress_bar=args.bar != "off")
+        with tempfile.TemporaryDirectory() as tmp:
+            start, cpu = time.perf_counter(), time.process_time()
+            if args.bar == "run_chunked":  # compiled chunks of 1,000 steps, the bar updated after each
+                run = run_chunked(mcmc, jax.random.PRNGKey(1), X, y, checkpoint_path=Path(tmp) / "run.ckpt",
+                                  hidden=HIDDEN, init_params=init, **batch)
+                jax.block_until_ready(run.get_samples())
+                last_state = run.last_state
+            else:
+                mcmc.run(jax.random.PRNGKey(1), X, y, hidden=HIDDEN, init_params=init, **batch)
+                jax.block_until_ready(mcmc.get_samples())
+                last_state = mcmc.last_state
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         if name == "warm-up":  # compiles the kernel's own programs, which the timed runs then share
             continue
-        out[name] = {"steps": warmup + warmup // 5, "wall": time.perf_counter() - start,
-                     "cpu": time.process_time() - cpu}
-        out["placed_on"] = len(jax.tree.leaves(mcmc.last_state)[0].sharding.device_set)
+        out[name] = {"steps": warmup + warmup // 5, "wall": wall, "cpu": cpu}
+        out["placed_on"] = len(jax.tree.leaves(last_state)[0].sharding.device_set)
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def run_config(args, init_path: str, kernel: str, devices: int, progress_bar: bool) -> dict:
+def run_config(args, init_path: str, kernel: str, devices: int, bar: str) -> dict:
     cmd = [sys.executable, __file__, "--child", "--kernel", kernel, "--devices", str(devices), "--init", init_path,
-           "--big", str(args.big), "--small", str(args.small), "--data", str(args.data)]
-    if progress_bar:
-        cmd.append("--progress-bar")
+           "--big", str(args.big), "--small", str(args.small), "--data", str(args.data), "--bar", bar]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
@@ -97,7 +109,7 @@ def main(argv=None) -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kernel", default="MILE", help=argparse.SUPPRESS)
     parser.add_argument("--devices", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--progress-bar", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--bar", choices=BARS, default="off", help=argparse.SUPPRESS)
     parser.add_argument("--init", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.data = data_dir(args.data)
@@ -126,8 +138,8 @@ def main(argv=None) -> None:
         np.savez(init_path, **{k: np.asarray(v) for k, v in members.items()})
         for kernel in args.kernels:
             for devices in sorted({1, cores}):
-                for progress_bar in (False, True):
-                    res = run_config(args, init_path, kernel, devices, progress_bar)
+                for bar in BARS:
+                    res = run_config(args, init_path, kernel, devices, bar)
                     results.append(res)
                     print(res, file=sys.stderr, flush=True)
     load_end = load_average()
@@ -145,27 +157,31 @@ def per_step_ms(res: dict) -> float:
 
 def report(args, results: list[dict], machine: list[str], load_start: float, load_end: float) -> None:
     """Writes the page (``args.output``) from the measurements; ``machine``: the machine lines of the run."""
-    def twin(r: dict, devices: int, progress_bar: bool) -> dict:
-        return next(x for x in results if x["kernel"] == r["kernel"] and x["devices"] == devices
-                    and x["progress_bar"] == progress_bar)
+    for r in results:  # measurements saved before run_chunked was measured say only progress_bar
+        r.setdefault("bar", "on" if r["progress_bar"] else "off")
 
-    rows, bar_cost = [], []
+    def twin(r: dict, devices: int, bar: str) -> dict:
+        return next(x for x in results if x["kernel"] == r["kernel"] and x["devices"] == devices and x["bar"] == bar)
+
+    rows, bar_cost, chunked_cost = [], [], []
+    shown = {"off": "off", "on": "on", "run_chunked": "on, `run_chunked`"}
     for r in results:
-        off, base = twin(r, r["devices"], False), twin(r, 1, False)
+        off, base = twin(r, r["devices"], "off"), twin(r, 1, "off")
         per_step_vs_off = per_step_ms(r) / per_step_ms(off)
-        rows.append([r["kernel"], r["devices"], r["placed_on"], "on" if r["progress_bar"] else "off",
+        rows.append([r["kernel"], r["devices"], r["placed_on"], shown[r["bar"]],
                      f"{per_step_ms(r):.3f}", f"{r['big']['wall']:.1f}", f"{r['big']['cpu']:.1f}",
                      f"{per_step_ms(r) / per_step_ms(base):.2f}", f"{per_step_vs_off:.2f}",
                      f"{r['big']['wall'] / off['big']['wall']:.2f}"])
-        if r["progress_bar"]:
-            bar_cost.append((r, per_step_ms(r) - per_step_ms(off), per_step_vs_off))
+        if r["bar"] != "off":
+            cost = (r, per_step_ms(r) - per_step_ms(off), per_step_vs_off, r["big"]["wall"] / off["big"]["wall"])
+            (bar_cost if r["bar"] == "on" else chunked_cost).append(cost)
     big_steps = results[0]["big"]["steps"]
     options = [] if args.big == 10_000 and args.small == 2_000 else ["--big", str(args.big), "--small", str(args.small)]
     if list(args.kernels) != list(KERNELS):
         options += ["--kernels", *args.kernels]
     worst = max(bar_cost, key=lambda c: c[2])
-    sg_steps = [per_step_ms(r) for r in results if r["kernel"] != "MILE" and not r["progress_bar"]] or [float("nan")]
-    sg_extra = [extra for r, extra, _ in bar_cost if r["kernel"] != "MILE"] or [float("nan")]
+    sg_steps = [per_step_ms(r) for r in results if r["kernel"] != "MILE" and r["bar"] == "off"] or [float("nan")]
+    sg_extra = [extra for r, extra, _, _ in bar_cost if r["kernel"] != "MILE"] or [float("nan")]
     lines = [
         "# What users run: progress bar and devices",
         "",
@@ -187,11 +203,15 @@ def report(args, results: list[dict], machine: list[str], load_start: float, loa
         "wall of one without; judged here on the per-step ratio, which such a run approaches):",
         "",
         *[f"- {r['kernel']}, {r['devices']} device{'s' if r['devices'] > 1 else ''}: +{extra:.3f} ms per step, "
-          f"{ratio:.2f}x per step, "
-          f"{r['big']['wall'] / twin(r, r['devices'], False)['big']['wall']:.2f}x on the big run's wall"
+          f"{ratio:.2f}x per step, {wall:.2f}x on the big run's wall"
           + (" (target met)" if ratio <= 1.1 else " (target missed)")
-          for r, extra, ratio in bar_cost],
+          for r, extra, ratio, wall in bar_cost],
         "",
+        *(["The same runs through `run_chunked(mcmc, ...)` (`numpyro_mile.run_chunked`: compiled chunks of 1,000 "
+           "steps, the bar moved after each, a checkpoint written after each), bar on, against `MCMC.run` with the "
+           "bar off: " + "; ".join(
+               f"{r['kernel']} {r['devices']} device{'s' if r['devices'] > 1 else ''} {ratio:.2f}x per step "
+               f"({wall:.2f}x wall)" for r, _, ratio, wall in chunked_cost) + ".", ""] if chunked_cost else []),
         f"The bar's cost is NumPyro's (largest here: {worst[0]['kernel']} on {worst[0]['devices']} "
         f"device{'s' if worst[0]['devices'] > 1 else ''}, "
         f"{worst[2]:.2f}x per step): for `vectorized` chains `fori_collect` calls the compiled step from a Python "
@@ -207,7 +227,7 @@ def report(args, results: list[dict], machine: list[str], load_start: float, loa
         "on MILE's model, which MILE shards by default only when a step "
         "of all chains is at least 20 MFLOP (`shard_chains=None`; this model: 57 MFLOP); the minibatch kernels "
         "keep their chains on one device. Without the bar (`progress_bar=False`) every core is used at full "
-        "speed.",
+        "speed" + ("; `run_chunked` keeps a bar without the per-step launch (above)." if chunked_cost else "."),
         "",
         *machine,
         f"- load average (1 min) at start / end: {load_start:.2f} / {load_end:.2f}",
