@@ -11,9 +11,9 @@ when JAX starts): ``numpyro.set_host_device_count(D)`` with ``D`` = 1 and ``D`` 
 checkpoint and a bar update after each) with the bar on. In each process two runs of the same shapes: a small
 one (``--small`` warmup + a fifth of it sampling) and a big one (``--big`` + a fifth), after an untimed warm-up
 run of 100 + 20 steps that compiles the kernel's own programs (NumPyro compiles its sampling loop again in every
-run); each timed whole (wall and process CPU, compilation included, as a user waits for it); the per-step cost is the two-point estimate
-``(big - small) / (steps of big - steps of small)``, which cancels compilation. Configurations run one after
-another, never side by side.
+run); each timed whole (wall and process CPU, compilation included, as a user waits for it); the per-step cost
+is the two-point estimate ``(big - small) / (steps of big - steps of small)``, which cancels compilation.
+Configurations run one after another, never side by side.
 
 Usage::
 
