@@ -67,10 +67,12 @@ def test_imports_run_one_way():
     for name in graph:
         if name not in state:
             visit(name, [name])
-    # runs/ (checkpoints, chunked and distributed drivers) is a top layer: below the package root, no module
-    # outside it imports it (inference_data and runs/ used to import each other's modules)
-    assert sorted(name for name, deps in graph.items() if name != "numpyro_mile" and not name.startswith(
-        "numpyro_mile.runs") and any(d.startswith("numpyro_mile.runs") for d in deps)) == []
+    # runs/ (checkpoints, chunked and distributed drivers) is a top layer: below the package root and the command
+    # line (an application over the whole package), no module outside it imports it (inference_data and runs/
+    # used to import each other's modules)
+    assert sorted(name for name, deps in graph.items() if name not in ("numpyro_mile", "numpyro_mile.cli")
+                  and not name.startswith("numpyro_mile.runs")
+                  and any(d.startswith("numpyro_mile.runs") for d in deps)) == []
 
 
 def test_public_api_is_one_all():
