@@ -16,12 +16,12 @@ PAGE = REPO / "docs" / "benchmarks" / "defaults.md"
 def test_committed_page_is_rendered_from_the_committed_measurements(tmp_path):
     out = tmp_path / "defaults.md"
     (tmp_path / "defaults.json").write_text(PAGE.with_suffix(".json").read_text())
-    defaults.main(["--render", "--output", str(out)])
+    defaults.main(["--render-only", "--output", str(out)])
     assert out.read_text() == PAGE.read_text()
 
 
 def result(kernel, devices, bar, small_wall, big_wall):
-    return {"kernel": kernel, "devices": devices, "progress_bar": bar != "off", "bar": bar, "placed_on": 1,
+    return {"kernel": kernel, "devices": devices, "bar": bar, "placed_on": 1,
             "small": {"steps": 1200, "wall": small_wall, "cpu": small_wall},
             "big": {"steps": 6000, "wall": big_wall, "cpu": big_wall}}
 
@@ -34,7 +34,7 @@ def test_targets_are_judged_on_both_the_per_step_and_the_wall_ratio(tmp_path):
                  load_average=[0.0, 0.0])
     (tmp_path / "defaults.json").write_text(json.dumps(saved))
     out = tmp_path / "defaults.md"
-    defaults.main(["--render", "--output", str(out)])
+    defaults.main(["--render-only", "--output", str(out)])
     text = out.read_text()
     assert "- SGLD, 1 device: +0.050 ms per step, 1.05x per step, 1.04x on the big run's wall (target met)" in text
     assert "SGLD 1 device 1.00x per step (1.20x wall). Largest wall ratio 1.20x" in text
