@@ -117,6 +117,21 @@ def place_chains(tree: Any, sharding: jax.sharding.NamedSharding | None) -> Any:
     return tree if sharding is None or tree is None else jax.device_put(tree, sharding)
 
 
+def place_state(state: Any, axes: Any, mesh: jax.sharding.Mesh | None) -> Any:
+    """``state`` of chains sharded over ``mesh``, placed as a compiled step returns it: the leaves with a chain
+    axis (``axes``: a prefix tree of ``state`` holding ``0``) split along it, the others (``None``: the step
+    counter, the model's data) copied to every device of ``mesh``. Unchanged for ``mesh=None``.
+
+    A state that enters a compiled step placed the way it leaves it is compiled for once; otherwise the second
+    call compiles the step again (NumPyro's progress-bar loop and ``run_chunked`` call it repeatedly)."""
+    if mesh is None:
+        return state
+    split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(CHAIN_AXIS))
+    whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return jax.tree.map(lambda axis, sub: jax.device_put(sub, whole if axis is None else split), axes, state,
+                        is_leaf=lambda x: x is None)
+
+
 def chain_mesh_of(keys: Any) -> jax.sharding.Mesh | None:
     """The one-axis mesh that per-chain ``keys`` are sharded over along their chain axis (by
     :func:`default_chain_sharding` or :func:`numpyro_mile.runs.distributed.shard_chains`), or ``None``

@@ -2,6 +2,7 @@
 ``mcmc.post_warmup_state`` that neither calls ``init`` again nor pretrains again, the same draws as one run; and
 models NUTS runs that MILE once refused (1-d models, models without latent dimensions)."""
 
+import logging
 from pathlib import Path
 
 import jax
@@ -90,6 +91,20 @@ def test_warmup_then_run_gives_the_draws_of_one_run(name, make, model_kwargs):
         return
     np.testing.assert_allclose(np.asarray(parts.get_samples()["w"]), np.asarray(whole.get_samples()["w"]),
                                rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, make, model_kwargs", kernels(), ids=[k[0] for k in kernels()])
+def test_progress_bar_loop_compiles_the_step_once(name, make, model_kwargs, caplog):
+    """With the progress bar on, NumPyro runs ``vectorized`` chains in a Python loop that calls the compiled step
+    once per step. The state ``init`` makes must enter that step typed as it leaves it (dtype, weak type,
+    placement), or the second call compiles the step again (issue #29: SMILE's weak-typed counters made its
+    bar-on run pay its 1.8 s compile twice on airfoil)."""
+    mcmc = MCMC(make(), num_warmup=100, num_samples=20, num_chains=2, chain_method="vectorized")
+    mcmc.progress_bar = True  # NumPyro turns the bar off under pytest-xdist and CI
+    with caplog.at_level(logging.WARNING), jax.log_compiles(True):
+        mcmc.run(jax.random.PRNGKey(2), X, Y, **model_kwargs)
+    compiled = [r.getMessage() for r in caplog.records if "compilation of jit(_body_fn)" in r.getMessage()]
+    assert len(compiled) == 1, f"{name}: the progress-bar loop compiled the step {len(compiled)} times"
 
 
 # ---------------------------------------------------------------------------------------------- models NUTS runs

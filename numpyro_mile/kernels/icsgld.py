@@ -230,7 +230,7 @@ def icsgld_init(z, energy, grad, keys, config: ICSGLDConfig) -> ICSGLDState:
         num_active = int(config.num_active_chains)
         active = jax.jit(lambda e: jnp.arange(e.shape[0]) < num_active)(energy)
     return ICSGLDState(
-        i=jnp.asarray(0), z=z, potential_energy=energy, z_grad=grad, bin=J,
+        i=jnp.asarray(0, jnp.int32), z=z, potential_energy=energy, z_grad=grad, bin=J,
         log_weight=log_weight(jnp.log(theta), J, config), multiplier=jnp.ones_like(energy),
         num_nans=jnp.zeros(energy.shape, jnp.int32), active=active, theta=theta,
         energy_min=jnp.min(jnp.where(finite, energy, jnp.inf)),

@@ -24,7 +24,7 @@ from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
 
 from .. import _model_utils as mu
 from .. import _programs
-from .._arrays import chain_mesh_of, default_chain_sharding, place_chains
+from .._arrays import chain_mesh_of, default_chain_sharding, place_chains, place_state
 from .._validation import MISSING_PLATE, check_init_params, check_plates, is_concrete
 from ..ensemble import DeepEnsemble
 from . import _mclmc as mclmc
@@ -123,13 +123,13 @@ def _init_program(target: Callable, is_model: bool, data_key, schedule: tuning.S
             flat, _ = ravel_pytree(params)
             momentum_key, key = jax.random.split(key)
             return MILEState(
-                i=jnp.asarray(0),
+                i=jnp.asarray(0, jnp.int32),
                 dynamics=mclmc.init(params, potential_fn, momentum_key),
                 step_size=step_size.astype(flat.dtype),
                 L=L.astype(flat.dtype),
                 adapt=tuning.init(dim_stored, flat.shape[0], schedule, step_size),
                 energy_change=jnp.zeros((), flat.dtype),
-                num_nans=jnp.asarray(0),
+                num_nans=jnp.asarray(0, jnp.int32),
                 rng_key=key,
                 diverging=jnp.asarray(False),
                 ess_fallback=jnp.asarray(False),
@@ -530,7 +530,8 @@ class MILE(ChainKernel):
                          jnp.asarray(self.initial_step_size, flat.dtype), jnp.asarray(initial_L, flat.dtype))
         if not config.batched:
             state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
-        return self.initialised(state._replace(data=self._data.arrays))
+        state = place_state(state._replace(data=self._data.arrays), _STATE_AXES, config.mesh)
+        return self.initialised(state)
 
     def _chain_sharding(self, init_params, state_keys):
         """Where ``vectorized`` chains go (``shard_chains``): a sharding over the local devices, or ``None``."""

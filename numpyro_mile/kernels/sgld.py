@@ -269,7 +269,7 @@ class SGLD(MinibatchKernel):
             moments = RunningMoments(jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, z),
                                      jax.tree.map(jnp.zeros_like, z))
         return SGLDState(
-            i=jnp.asarray(0), z=z, potential_energy=energy, z_grad=grad,
+            i=jnp.asarray(0, jnp.int32), z=z, potential_energy=energy, z_grad=grad,
             step_size=jnp.asarray(self.schedule(0), dtype=dtype), preconditioner=precond, moments=moments,
-            num_nans=jnp.asarray(0), rng_key=key,
+            num_nans=jnp.asarray(0, jnp.int32), rng_key=key,
         )

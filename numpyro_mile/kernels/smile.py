@@ -376,8 +376,8 @@ class SMILE(MinibatchKernel):
         dtype = flat.dtype
         ones = jnp.ones_like(flat) if self.precondition else None
         return SMILEState(
-            i=jnp.asarray(0), z=z, momentum=jnp.zeros_like(flat), logdensity=-energy, logdensity_grad=g,
+            i=jnp.asarray(0, jnp.int32), z=z, momentum=jnp.zeros_like(flat), logdensity=-energy, logdensity_grad=g,
             step_size=jnp.asarray(self.step_size, dtype), stats=tuner.init_stats(dtype),
-            energy_change=jnp.zeros((), dtype), reset=jnp.asarray(False), num_resets=jnp.asarray(0),
-            num_nans=jnp.asarray(0), grad_mean=ones, grad_var=ones, rng_key=key,
+            energy_change=jnp.zeros((), dtype), reset=jnp.asarray(False), num_resets=jnp.asarray(0, jnp.int32),
+            num_nans=jnp.asarray(0, jnp.int32), grad_mean=ones, grad_var=ones, rng_key=key,
         )
