@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from numpyro_mile.cli import main
 
 
@@ -14,19 +16,34 @@ def test_two_significant_digits():
                                                                              "346"]
 
 
-def test_demo_prints_table_time_ratio_and_verdict(capsys):
+def test_verdict_says_holds_only_when_lppd_and_time_both_support_it():
+    from numpyro_mile.cli import _verdict
+
+    assert "holds here" in _verdict(0.001, 0.002, 1.3) and "0.77x BDE's wall time" in _verdict(0.001, 0.002, 1.3)
+    slower = _verdict(0.001, 0.002, 0.73)  # equal LPPD, but BDE's short run was faster
+    assert "holds here" not in slower and "BDE's short run here was faster" in slower
+    worse = _verdict(-0.01, 0.002, 5.0)
+    assert "does not hold" in worse and "5.0 standard errors" in worse
+
+
+@pytest.mark.parametrize("data, score", [(None, "accuracy"), ("diabetes", "RMSE")])
+def test_demo_prints_table_time_ratio_and_verdict(capsys, data, score):
+    """The default (UCI breast cancer, classification) and the regression data set."""
     code = main(["demo", "--chains", "2", "--hidden", "4", "--mile-warmup", "100", "--mile-samples", "20",
-                 "--thinning", "2", "--bde-warmup", "5", "--bde-samples", "5", "--quiet"])
+                 "--thinning", "2", "--bde-warmup", "5", "--bde-samples", "5", "--quiet"]
+                + ([] if data is None else ["--data", data]))
     assert code == 0
     out = capsys.readouterr()
     rows = [line for line in out.out.splitlines() if line.startswith("| ") and not line.startswith("| method")]
     assert [row.split(" | ")[0] for row in rows] == ["| DE (the members)", "| MILE", "| BDE (NUTS)"]
-    for row in rows:  # RMSE and LPPD are numbers
+    assert f"| method | {score} | LPPD" in out.out
+    for row in rows:  # the score and LPPD are numbers
         cells = row.split(" | ")
-        float(cells[1])
+        value = float(cells[1])
+        assert score == "RMSE" or 0 <= value <= 1
         float(cells[2].split(" ± ")[0])
     assert re.search(r"LPPD difference [+-]\d+\.\d+ ± \d+\.\d+", out.out)
     assert "MILE paper's claim" in out.out  # the verdict, whichever way it goes
     ratio = re.search(r"BDE took (\S+)x MILE's wall time", out.out).group(1)
     assert float(ratio) > 0 and len(ratio.replace(".", "").lstrip("0")) <= 2  # two significant digits, never 0.0
-    assert "diabetes" in out.err  # real data by default
+    assert ("breast cancer" if data is None else data) in out.err  # real data, UCI's breast cancer by default
