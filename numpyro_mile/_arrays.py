@@ -122,14 +122,21 @@ def place_state(state: Any, axes: Any, mesh: jax.sharding.Mesh | None) -> Any:
     axis (``axes``: a prefix tree of ``state`` holding ``0``) split along it, the others (``None``: the step
     counter, the model's data) copied to every device of ``mesh``. Unchanged for ``mesh=None``.
 
-    A state that enters a compiled step placed the way it leaves it is compiled for once; otherwise the second
-    call compiles the step again (NumPyro's progress-bar loop and ``run_chunked`` call it repeatedly)."""
+    Called on the state ``init`` makes and, inside the step (traced: a sharding constraint), on the state it
+    returns: a state that enters a compiled step placed the way it leaves it is compiled for once; otherwise the
+    second call compiles the step again (NumPyro's progress-bar loop and ``run_chunked`` call it repeatedly)."""
     if mesh is None:
         return state
     split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(CHAIN_AXIS))
     whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    return jax.tree.map(lambda axis, sub: jax.device_put(sub, whole if axis is None else split), axes, state,
-                        is_leaf=lambda x: x is None)
+
+    def put(x, sharding):
+        if isinstance(x, jax.core.Tracer):
+            return jax.lax.with_sharding_constraint(x, sharding)
+        return jax.device_put(x, sharding)
+
+    return jax.tree.map(lambda axis, sub: jax.tree.map(lambda x: put(x, whole if axis is None else split), sub),
+                        axes, state, is_leaf=lambda x: x is None)
 
 
 def chain_mesh_of(keys: Any) -> jax.sharding.Mesh | None:

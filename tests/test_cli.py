@@ -19,11 +19,16 @@ def test_two_significant_digits():
 def test_verdict_says_holds_only_when_lppd_and_time_both_support_it():
     from numpyro_mile.cli import _verdict
 
-    assert "holds here" in _verdict(0.001, 0.002, 1.3) and "0.77x BDE's wall time" in _verdict(0.001, 0.002, 1.3)
-    slower = _verdict(0.001, 0.002, 0.73)  # equal LPPD, but BDE's short run was faster
-    assert "holds here" not in slower and "BDE's short run here was faster" in slower
-    worse = _verdict(-0.01, 0.002, 5.0)
+    faster = _verdict(0.001, 0.002, 1.3, 5.9, 150)
+    assert "claim holds here, against BDE's short run" in faster and "0.77x BDE's wall time" in faster
+    assert _verdict(0.001, 0.002, 1.3, 1.3, 1000).endswith("claim holds here.")
+    slower = _verdict(0.001, 0.002, 0.73, 2.9, 150)  # equal LPPD, BDE's short run faster, its 1,000 draws not
+    assert "holds here" not in slower and "holds only against BDE at the paper's 1,000 draws" in slower
+    for ratio, projected, draws in [(0.5, 0.8, 150), (1.0, 3.0, 1000)]:  # MILE slower, projected or measured
+        assert "does not hold" in _verdict(0.001, 0.002, ratio, projected, draws)
+    worse = _verdict(-0.01, 0.002, 5.0, 20.0, 150)
     assert "does not hold" in worse and "5.0 standard errors" in worse
+    assert "standard errors" not in _verdict(-0.01, 0.0, 5.0, 20.0, 150)  # no division by a zero error
 
 
 @pytest.mark.parametrize("data, score", [(None, "accuracy"), ("diabetes", "RMSE")])

@@ -119,6 +119,19 @@ for name in ["mile", "sgld", "icsgld", "smile"]:
                 **model_kwargs(name))
     record(f"default_{name}", 6, ref(6), default, default.get_samples(group_by_chain=True)["w"])
     out[f"default_{name}_6"]["devices"] = num_devices(default.last_state)
+    if name in ("mile", "sgld"):  # sharded chains: init's state is typed and placed as the compiled step returns it
+        from jax.tree_util import keystr, tree_flatten_with_path
+        from numpyro_mile.runs.distributed import shard_chains
+        n = 6 if name == "mile" else 4  # MILE shards 6 uncommitted chains over 3 devices; SGLD's keys put on 4
+        chain_keys = jax.random.split(jax.random.PRNGKey(0), n)
+        kern = kernel(name, shard_chains=True) if name == "mile" else kernel(name)
+        start = kern.init(chain_keys if name == "mile" else shard_chains(chain_keys), 20,
+                          jax.tree.map(np.asarray, first(n)), (X, y), model_kwargs(name))
+        after = jax.jit(lambda s: kern.sample(s, (X, y), model_kwargs(name)))(start)
+        signature = lambda x: (str(x.sharding), x.dtype.name, bool(getattr(x, "weak_type", False)))
+        out[f"{name}_init"] = dict(devices=num_devices(start), changed=[
+            keystr(path) for (path, a), b in zip(tree_flatten_with_path(start)[0], jax.tree.leaves(after))
+            if signature(a) != signature(b)])
     if name == "mile":  # run_chunked over sharded chains, 3 chunks: its chunk program compiled once
         import logging, tempfile
         from numpyro_mile import run_chunked
@@ -130,10 +143,27 @@ for name in ["mile", "sgld", "icsgld", "smile"]:
         chunked = MCMC(kernel(name, shard_chains=True), num_warmup=20, num_samples=10, num_chains=6,
                        chain_method="vectorized", progress_bar=False)
         with tempfile.TemporaryDirectory() as tmp, jax.log_compiles(True):
-            chunked_run = run_chunked(chunked, jax.random.split(jax.random.PRNGKey(0), 6), X, y, checkpoint_path=tmp + "/run.ckpt",
-                        chunk_size=10, init_params=jax.tree.map(np.asarray, init))
+            chunked_run = run_chunked(chunked, jax.random.split(jax.random.PRNGKey(0), 6), X, y,
+                                      checkpoint_path=tmp + "/run.ckpt", chunk_size=10,
+                                      init_params=jax.tree.map(np.asarray, init))
+            chunked_run_draws = np.asarray(chunked_run.get_samples()["w"])
         out["mile_chunk_compiles"] = sum("compilation of jit(advance)" in m for m in compiled)
         out["mile_chunked_devices"] = num_devices(chunked_run.last_state)
+        # stopped after its first chunk, then resumed from the checkpoint: the saved state is placed as the step
+        # returns it, so the resumed run reuses the compiled chunk program; the draws are those of one run
+        compiled.clear()
+        paused = MCMC(kernel(name, shard_chains=True), num_warmup=20, num_samples=10, num_chains=6,
+                      chain_method="vectorized", progress_bar=False)
+        with tempfile.TemporaryDirectory() as tmp, jax.log_compiles(True):
+            run_args = (paused, jax.random.split(jax.random.PRNGKey(0), 6), X, y)
+            opts = dict(checkpoint_path=tmp + "/run.ckpt", chunk_size=10, init_params=jax.tree.map(np.asarray, init))
+            stopped = run_chunked(*run_args, callback=lambda progress: True, **opts)
+            resumed = run_chunked(*run_args, **opts)
+            out["mile_resume"] = dict(
+                first_step=stopped.step, finished=resumed.finished, devices=num_devices(resumed.last_state),
+                compiles=sum("compilation of jit(advance)" in m for m in compiled),
+                diff=float(np.abs(np.asarray(resumed.get_samples()["w"])
+                                  - np.asarray(chunked_run_draws)).max()))
     if name == "mile":  # the automatic rule: this model's steps are too little work to shard
         auto = new_mcmc(name, 6)
         auto.run(jax.random.split(jax.random.PRNGKey(0), 6), X, y, init_params=jax.tree.map(np.asarray, init))
@@ -271,12 +301,18 @@ def test_vectorized_chains_run_over_every_device_by_default(four_devices, name):
     assert res["other_chain"] > 20 * tol, res
 
 
-def test_sharded_mile_compiles_its_chunk_program_once(four_devices):
-    """The state MILE's ``init`` makes for sharded chains is placed as the compiled step returns it (chain-axis
-    leaves split, the counter and the data copied to every device), so ``run_chunked`` compiles its chunk program
-    once, not again at the second chunk (issue #29: 2.7 s more per run on airfoil, 2 devices)."""
+def test_sharded_chains_compile_their_step_once(four_devices):
+    """The state ``init`` makes for sharded chains (MILE's own sharding; SGLD from keys placed on 4 devices) is
+    typed and placed as the compiled step returns it (chain-axis leaves split, the counter and the data copied to
+    every device), so ``run_chunked`` compiles its chunk program once, not again at the second chunk (issue #29:
+    2.7 s more per run on airfoil, 2 devices), also when resumed from a checkpoint."""
+    for name, devices in [("mile", 3), ("sgld", 4)]:  # every state leaf enters the step as it leaves it
+        assert four_devices[f"{name}_init"] == dict(devices=devices, changed=[]), four_devices[f"{name}_init"]
     assert four_devices["mile_chunked_devices"] == 3
     assert four_devices["mile_chunk_compiles"] == 1
+    resume = four_devices["mile_resume"]  # stopped after one chunk, resumed: no new compilation, the same draws
+    assert resume["first_step"] == 10 and resume["finished"] and resume["devices"] == 3, resume
+    assert resume["compiles"] == 1 and resume["diff"] == 0.0, resume
 
 
 def test_mile_shards_by_default_only_when_a_step_is_enough_work(four_devices):

@@ -130,7 +130,7 @@ def init(dim_stored: int, dim: int, schedule: Schedule, initial_step_size) -> Ad
     """Empty statistics for a chain with ``dim`` coordinates, ``dim_stored`` of them recorded, that starts
     with step size ``initial_step_size``."""
     zero = jnp.zeros(())
-    return AdaptationState(jnp.asarray(-jnp.inf), zero, jnp.asarray(jnp.inf),
+    return AdaptationState(jnp.full((), -jnp.inf, zero.dtype), zero, jnp.full((), jnp.inf, zero.dtype),
                            MIN_STEP_SIZE_FRACTION * jnp.asarray(initial_step_size, zero.dtype), zero,
                            jnp.zeros(dim), jnp.zeros(dim), jnp.zeros((schedule.num_stored, dim_stored)))
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _programs
-from .._arrays import as_jax_arrays, to_host
+from .._arrays import as_jax_arrays, chain_mesh_of, place_state, to_host
 from .._validation import user_stacklevel
 from ..minibatch import MinibatchModel
 from ._base import ChainKernel
@@ -78,6 +78,7 @@ class MinibatchKernel(ChainKernel):
         self.init_strategy = init_strategy
         self._mb: MinibatchModel | None = None
         self._batched = False
+        self._chain_mesh = None  # the mesh a vectorized run's chains are sharded over (set by init), or None
 
     def postprocess_fn(self, args, kwargs):
         if self._mb is None:
@@ -113,14 +114,23 @@ class MinibatchKernel(ChainKernel):
         return state
 
     def _with_data(self, state):
-        """``state`` carrying this run's data arrays (``state.data``; see :meth:`ChainKernel.model_data`): the
-        end of every minibatch kernel's ``init``, which marks the kernel initialised."""
-        return self.initialised(state._replace(data=self._data.arrays))
+        """``state`` carrying this run's data arrays (``state.data``; see :meth:`ChainKernel.model_data`), placed
+        as the step returns it when the chains are sharded (:meth:`_placed`): the end of every minibatch kernel's
+        ``init``, which marks the kernel initialised."""
+        return self.initialised(self._placed(state._replace(data=self._data.arrays)))
+
+    def _placed(self, state):
+        """``state`` of chains sharded over ``self._chain_mesh`` placed as ``place_state`` says (the same
+        placement entering and leaving the compiled step: one compilation); unchanged when not sharded."""
+        return state if self.state_axes is None else place_state(state, self.state_axes, self._chain_mesh)
 
     def _init_independent(self, rng_key, init_params, model_args, model_kwargs):
         """``init`` of chains that do not interact: one chain (``rng_key`` a key) or a batch of them (a
         leading axis of keys: ``vectorized``), each state made by ``self._init_state(z, energy, grad, key)``."""
         keys, self._batched = self.split_chains(rng_key)
+        # chains sharded over devices (keys placed so, e.g. by run_distributed): every state, the first included,
+        # placed as the step returns it (one compilation of the step)
+        self._chain_mesh = chain_mesh_of(keys) if self._batched else None
         state = self._init_chains(keys, init_params, model_args, model_kwargs, self._batched, self._init_state,
                                   self.state_axes)
         if not self._batched:
@@ -131,8 +141,9 @@ class MinibatchKernel(ChainKernel):
         """``sample`` of chains that do not interact: ``step(state, potential, self._config)`` per chain
         (the step sees no ``data``: the potential is bound to it here)."""
         config = self._config
-        return self._step_on_data(state, model_args, model_kwargs, lambda s, potential: self.over_chains(
+        state = self._step_on_data(state, model_args, model_kwargs, lambda s, potential: self.over_chains(
             lambda chain: step(chain, potential, config), self._batched)(s))
+        return self._placed(state)
 
     def _step_on_data(self, state, model_args, model_kwargs, step: Callable):
         """``step(state, potential)`` with the potential bound to this run's data (:meth:`ChainKernel.model_data`);

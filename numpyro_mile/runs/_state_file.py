@@ -190,6 +190,14 @@ def checkpoint_state(kernel, state):
 
 def resumed_state(kernel, saved, fresh):
     """A stored state made ready to run: the kernel's ``resumed_state`` hook with ``fresh``, the state its
-    ``init`` just made for the resumed run; other kernels' states as they are."""
+    ``init`` just made for the resumed run (other kernels' states as they are), placed on ``fresh``'s devices
+    where its chains are sharded."""
     hook = getattr(kernel, "resumed_state", None)
-    return saved if hook is None else hook(saved, fresh)
+    state = saved if hook is None else hook(saved, fresh)
+    if jax.tree.structure(state) != jax.tree.structure(fresh):
+        return state
+    # chains sharded over devices: the saved leaves (host arrays) placed as ``fresh``'s, which is how the compiled
+    # step returns them, or the resumed run compiles its step twice (see numpyro_mile._arrays.place_state)
+    return jax.tree.map(lambda leaf, like: jax.device_put(leaf, like.sharding)
+                        if isinstance(getattr(like, "sharding", None), jax.sharding.NamedSharding) else leaf,
+                        state, fresh)
