@@ -127,7 +127,7 @@ def place_state(state: Any, axes: Any, mesh: jax.sharding.Mesh | None) -> Any:
     second call compiles the step again (NumPyro's progress-bar loop and ``run_chunked`` call it repeatedly)."""
     if mesh is None:
         return state
-    split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(CHAIN_AXIS))
+    split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(mesh.axis_names[0]))  # any axis name
     whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
 
     def put(x, sharding):

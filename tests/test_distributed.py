@@ -129,6 +129,11 @@ for name in ["mile", "sgld", "icsgld", "smile"]:
                           jax.tree.map(np.asarray, first(n)), (X, y), model_kwargs(name))
         after = jax.jit(lambda s: kern.sample(s, (X, y), model_kwargs(name)))(start)
         signature = lambda x: (str(x.sharding), x.dtype.name, bool(getattr(x, "weak_type", False)))
+        if name == "sgld":  # a mesh whose axis has another name than "chains" (chain_mesh(axis_name=...))
+            from numpyro_mile.runs.distributed import chain_mesh
+            named = run_distributed(new_mcmc(name, 4), chain_keys, X, y, mesh=chain_mesh(axis_name="walkers"),
+                                    init_params=first(4), **model_kwargs(name))
+            out["sgld_walkers_axis"] = list(to_host(named.samples["w"]).shape)
         out[f"{name}_init"] = dict(devices=num_devices(start), changed=[
             keystr(path) for (path, a), b in zip(tree_flatten_with_path(start)[0], jax.tree.leaves(after))
             if signature(a) != signature(b)])
@@ -306,6 +311,7 @@ def test_sharded_chains_compile_their_step_once(four_devices):
     typed and placed as the compiled step returns it (chain-axis leaves split, the counter and the data copied to
     every device), so ``run_chunked`` compiles its chunk program once, not again at the second chunk (issue #29:
     2.7 s more per run on airfoil, 2 devices), also when resumed from a checkpoint."""
+    assert four_devices["sgld_walkers_axis"] == [4, 10, 2]  # a mesh axis named otherwise
     for name, devices in [("mile", 3), ("sgld", 4)]:  # every state leaf enters the step as it leaves it
         assert four_devices[f"{name}_init"] == dict(devices=devices, changed=[]), four_devices[f"{name}_init"]
     assert four_devices["mile_chunked_devices"] == 3

@@ -96,9 +96,9 @@ def test_warmup_then_run_gives_the_draws_of_one_run(name, make, model_kwargs):
 @pytest.mark.parametrize("name, make, model_kwargs", kernels(), ids=[k[0] for k in kernels()])
 def test_progress_bar_loop_compiles_the_step_once(name, make, model_kwargs, caplog):
     """With the progress bar on, NumPyro runs ``vectorized`` chains in a Python loop that calls the compiled step
-    once per step. The state ``init`` makes must enter that step typed as it leaves it (dtype, weak type,
-    placement), or the second call compiles the step again (issue #29: SMILE's weak-typed counters made its
-    bar-on run pay its 1.8 s compile twice on airfoil)."""
+    once per step. The state ``init`` makes must enter that step typed as it leaves it (dtype, weak type), or the
+    second call compiles the step again (issue #29: SMILE's weak-typed counters made its bar-on run pay its 1.8 s
+    compile twice on airfoil). One device here; placement over several: tests/test_distributed.py."""
     mcmc = MCMC(make(), num_warmup=100, num_samples=20, num_chains=2, chain_method="vectorized")
     mcmc.progress_bar = True  # NumPyro turns the bar off under pytest-xdist and CI
     with caplog.at_level(logging.WARNING), jax.log_compiles(True):
