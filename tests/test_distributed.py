@@ -119,10 +119,10 @@ for name in ["mile", "sgld", "icsgld", "smile"]:
                 **model_kwargs(name))
     record(f"default_{name}", 6, ref(6), default, default.get_samples(group_by_chain=True)["w"])
     out[f"default_{name}_6"]["devices"] = num_devices(default.last_state)
-    if name in ("mile", "sgld"):  # sharded chains: init's state is typed and placed as the compiled step returns it
+    if name in ("mile", "sgld", "smile"):  # sharded chains: init's state typed and placed as the step returns it
         from jax.tree_util import keystr, tree_flatten_with_path
         from numpyro_mile.runs.distributed import shard_chains
-        n = 6 if name == "mile" else 4  # MILE shards 6 uncommitted chains over 3 devices; SGLD's keys put on 4
+        n = 6 if name == "mile" else 4  # MILE shards 6 uncommitted chains over 3 devices; others' keys put on 4
         chain_keys = jax.random.split(jax.random.PRNGKey(0), n)
         kern = kernel(name, shard_chains=True) if name == "mile" else kernel(name)
         start = kern.init(chain_keys if name == "mile" else shard_chains(chain_keys), 20,
@@ -307,12 +307,12 @@ def test_vectorized_chains_run_over_every_device_by_default(four_devices, name):
 
 
 def test_sharded_chains_compile_their_step_once(four_devices):
-    """The state ``init`` makes for sharded chains (MILE's own sharding; SGLD from keys placed on 4 devices) is
+    """The state ``init`` makes for sharded chains (MILE's own sharding; SGLD, SMILE from keys put on 4 devices) is
     typed and placed as the compiled step returns it (chain-axis leaves split, the counter and the data copied to
     every device), so ``run_chunked`` compiles its chunk program once, not again at the second chunk (issue #29:
     2.7 s more per run on airfoil, 2 devices), also when resumed from a checkpoint."""
     assert four_devices["sgld_walkers_axis"] == [4, 10, 2]  # a mesh axis named otherwise
-    for name, devices in [("mile", 3), ("sgld", 4)]:  # every state leaf enters the step as it leaves it
+    for name, devices in [("mile", 3), ("sgld", 4), ("smile", 4)]:  # every leaf enters the step as it leaves it
         assert four_devices[f"{name}_init"] == dict(devices=devices, changed=[]), four_devices[f"{name}_init"]
     assert four_devices["mile_chunked_devices"] == 3
     assert four_devices["mile_chunk_compiles"] == 1
