@@ -203,6 +203,8 @@ def report(args, results: list[dict], machine: list[str], load_start: float, loa
     if args.rounds != 2:
         options += ["--rounds", str(args.rounds)]
     worst = max(bar_cost, key=lambda c: c[2])
+    mile_on = {r["devices"]: per_step_ms(r) for r in results if r["kernel"] == "MILE" and r["bar"] == "on"}
+    mile_sharded_on = mile_on[2] / mile_on[1] if 1 in mile_on and 2 in mile_on else None
     sg_steps = [per_step_ms(r) for r in results if r["kernel"] != "MILE" and r["bar"] == "off"] or [float("nan")]
     sg_extra = [extra for r, extra, _, _ in bar_cost if r["kernel"] != "MILE"] or [float("nan")]
     lines = [
@@ -257,14 +259,16 @@ def report(args, results: list[dict], machine: list[str], load_start: float, loa
         "devices: ~2.7 s more per run, seen with `jax_log_compiles` in an ad-hoc script, not this one). The "
         "kernels' own states enter the step placed and typed as it returns them (tested), so `run_chunked` "
         "compiles its chunk program once. "
-        "What a kernel can also do is keep its carried state small. MILE does (Phase III's ESS buffer is 128 KB per chain; with "
-        "the reference's 10,000 x 2,000 buffer the bar made this run 1.8x slower on one device: 81.6 against 45.3 s, "
-        "measured once before the change with an ad-hoc script, not by this one). The cheaper the step, the larger "
-        f"the bar's share: the minibatch kernels' steps cost {min(sg_steps):.2f}-{max(sg_steps):.2f} ms without "
-        f"it, and it adds between {min(sg_extra):+.3f} and {max(sg_extra):+.3f} ms to each. With the bar on, "
-        "sharding still pays on MILE's model, which MILE shards by default only when a step of all chains is at "
-        "least 20 MFLOP (`shard_chains=None`; this model: 57 MFLOP); the minibatch kernels "
-        "keep their chains on one device. Without the bar (`progress_bar=False`) every core is used at full "
+        "What a kernel can also do is keep its carried state small. MILE does (Phase III's ESS buffer is 128 KB per "
+        "chain; with the reference's 10,000 x 2,000 buffer the bar made this run 1.8x slower on one device: 81.6 "
+        "against 45.3 s, measured once before the change with an ad-hoc script, not by this one). The cheaper the "
+        f"step, the larger the bar's share: the minibatch kernels' steps cost {min(sg_steps):.2f}-{max(sg_steps):.2f} "
+        f"ms without it, and it adds between {min(sg_extra):+.3f} and {max(sg_extra):+.3f} ms to each. "
+        + (f"With the bar on, MILE's step on 2 devices costs {mile_sharded_on:.2f}x its step on one (MILE shards by "
+           "default only when a step of all chains is at least 20 MFLOP, `shard_chains=None`; this model: 57 "
+           "MFLOP). " if mile_sharded_on else "")
+        + "The minibatch kernels keep their chains on one device. Without the bar (`progress_bar=False`) every "
+        "core is used at full "
         "speed" + ("; `run_chunked` keeps a bar without the per-step launch (ratios above)." if chunked_cost else "."),
         "",
         *machine,
