@@ -134,6 +134,18 @@ for name in ["mile", "sgld", "icsgld", "smile"]:
             named = run_distributed(new_mcmc(name, 4), chain_keys, X, y, mesh=chain_mesh(axis_name="walkers"),
                                     init_params=first(4), **model_kwargs(name))
             out["sgld_walkers_axis"] = list(to_host(named.samples["w"]).shape)
+            # one MCMC object, run_chunked on devices 0-1 then 2-3: the chunk program of the first placement
+            # (whose sharding constraints name its devices) is not reused for the second
+            import tempfile
+            from numpyro_mile import run_chunked
+            from numpyro_mile.runs.distributed import chain_mesh
+            moved, placed_on = new_mcmc(name, 2), []
+            for devices in (jax.devices()[:2], jax.devices()[2:]):
+                with tempfile.TemporaryDirectory() as tmp:
+                    run = run_chunked(moved, shard_chains(chain_keys[:2], chain_mesh(devices)), X, y,
+                                      checkpoint_path=tmp + "/run.ckpt", chunk_size=10, **model_kwargs(name))
+                    placed_on.append(sorted(d.id for d in run.last_state.z["w"].sharding.device_set))
+            out["sgld_moved"] = placed_on
         out[f"{name}_init"] = dict(devices=num_devices(start), changed=[
             keystr(path) for (path, a), b in zip(tree_flatten_with_path(start)[0], jax.tree.leaves(after))
             if signature(a) != signature(b)])
@@ -312,6 +324,7 @@ def test_sharded_chains_compile_their_step_once(four_devices):
     every device), so ``run_chunked`` compiles its chunk program once, not again at the second chunk (issue #29:
     2.7 s more per run on airfoil, 2 devices), also when resumed from a checkpoint."""
     assert four_devices["sgld_walkers_axis"] == [4, 10, 2]  # a mesh axis named otherwise
+    assert four_devices["sgld_moved"] == [[0, 1], [2, 3]]  # the same kernel's chunks on other devices
     for name, devices in [("mile", 3), ("sgld", 4), ("smile", 4)]:  # every leaf enters the step as it leaves it
         assert four_devices[f"{name}_init"] == dict(devices=devices, changed=[]), four_devices[f"{name}_init"]
     assert four_devices["mile_chunked_devices"] == 3

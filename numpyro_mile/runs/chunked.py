@@ -162,6 +162,13 @@ def _cached_advance(key, kernel, build: Callable) -> Callable:
     return _programs.program(("run_chunked-advance", kernel) + tuple(key), build)
 
 
+def _device_ids(tree) -> tuple[int, ...]:
+    """Ids of the devices ``tree``'s arrays are on: part of the chunk program's key, as a program traced for
+    chains sharded over some devices constrains its output to them."""
+    return tuple(sorted({device.id for x in jax.tree.leaves(tree) if isinstance(x, jax.Array)
+                         for device in x.sharding.device_set}))
+
+
 def _strong(state):
     """The state with weak types made strong, as a compiled loop returns it (one compilation for all chunks)."""
     return jax.tree.map(lambda x: x.astype(x.dtype) if getattr(x, "weak_type", False) else x, state)
@@ -290,7 +297,8 @@ def run_chunked(
     num_buffer = max(1, -(-min(chunk_size, max(num_samples, 1)) // thinning))
     chunk_len = min(chunk_size, max(num_steps, 1))
     advance = _cached_advance(
-        (json.dumps(fingerprint, sort_keys=True), layout, chunk_len, num_buffer, fields, removed), kernel,
+        (json.dumps(fingerprint, sort_keys=True), layout, chunk_len, num_buffer, fields, removed,
+         _device_ids(states)), kernel,
         lambda: _make_advance(kernel, args, kwargs, transform, chunk_len, num_buffer))
     bar = tqdm(total=num_steps, initial=step, disable=not mcmc.progress_bar)
     try:
