@@ -530,10 +530,10 @@ class MILE(ChainKernel):
                          jnp.asarray(self.initial_step_size, flat.dtype), jnp.asarray(initial_L, flat.dtype))
         if not config.batched:
             state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
-        state = place_state(state._replace(data=self._data.arrays), _STATE_AXES, self._chain_mesh())
+        state = place_state(state._replace(data=self._data.arrays), _STATE_AXES, self._placement_mesh())
         return self.initialised(state)
 
-    def _chain_mesh(self):
+    def _placement_mesh(self):
         """The mesh this run's ``vectorized`` chains are sharded over, or ``None``: the state enters and leaves
         the compiled step placed by ``place_state`` on it (one compilation of the step)."""
         return self._config.mesh if self._config.batched else None
@@ -555,7 +555,7 @@ class MILE(ChainKernel):
     def sample(self, state: MILEState, model_args, model_kwargs) -> MILEState:
         args, kwargs = self.model_data(state, model_args, model_kwargs)
         state = self.step_fn(state, self._potential_fn_gen(*args, **kwargs))
-        return place_state(state, _STATE_AXES, self._chain_mesh())  # as it entered (see _init_chains)
+        return place_state(state, _STATE_AXES, self._placement_mesh())  # as it entered (see _init_chains)
 
     def step_fn(self, state: MILEState, potential_fn: Callable) -> MILEState:
         """:func:`mile_step` with this run's configuration (after ``init``)."""
