@@ -19,8 +19,10 @@ The step size is clipped to ``[1e-8, 10]``; nothing changes during the first
 Where this departs from the released reference code, each choice pinned by a test (the reasons and
 measurements: the table in ``docs/methods/smile.md``, "Step size: the tuner and the reset guardrail"):
 
-- **exact Gamma quantiles** (bisection on the regularised incomplete gamma function), not the
-  Wilson-Hilferty approximation, which turns negative for small shapes;
+- **exact Gamma tails**: a step is compared with the quantiles through the Gamma CDF at its ``|dE|``
+  (one regularised incomplete gamma function per step: ``x > q_p`` exactly when ``CDF(x) > p``), and the one
+  quantile that is needed as a value, the reset threshold at which outliers are clipped, is solved to float
+  precision (Halley's method); not the Wilson-Hilferty approximation, which turns negative for small shapes;
 - **shape bounds** ``[0.3, 100]``, so a near-constant or a tiny ``|dE|`` cannot put every threshold onto
   the mean or onto 0;
 - the reference's **asymmetric tails** kept (``adapt_prob / 3`` grows, ``2 adapt_prob / 3`` shrinks): a
@@ -37,7 +39,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import gammainc
+from jax.scipy.special import gammainc, gammaln, ndtri
 
 __all__ = ["EnergyStats", "TunerSettings", "gamma_quantile", "init_stats", "tune", "update_stats"]
 
@@ -101,26 +103,31 @@ def update_stats(stats: EnergyStats, x, beta: float) -> EnergyStats:
     return EnergyStats(mean, var, count)
 
 
-def gamma_quantile(p, shape, scale, num_iterations: int = 24) -> jax.Array:
-    """The ``p`` quantile of a Gamma(``shape``, ``scale``) distribution, by bisection in ``log x``.
+def gamma_quantile(p, shape, scale, num_iterations: int = 4) -> jax.Array:
+    """The ``p`` quantile of a Gamma(``shape``, ``scale``) distribution.
 
-    Accurate to ~``2^-num_iterations`` of the 100 e-fold bracket in log space (relative error ~6e-6 with the
-    defaults) for shapes from 1e-3 to 1e6; ``p`` in ``(0, 1)``.
+    Halley's method on ``P(shape, x) = p`` (``P`` the regularised lower incomplete gamma function) from the
+    usual starting points: the Wilson-Hilferty approximation for ``shape >= 1``, the small-``x`` power law
+    ``(p / t)^(1 / shape)`` below ``t = 1 - shape (0.253 + 0.12 shape)`` and an exponential tail above it for
+    ``shape < 1``. Three iterations reach float32's own accuracy of ``P`` (relative error below 2e-5 for shapes
+    from 0.05 to 300 and ``p`` from 0.01 to 0.999, against SciPy); the default four leave a margin. Each costs one
+    ``gammainc``, most of the price of this function.
     """
     shape = jnp.asarray(shape)
-    mean = shape * scale
-    # a bracket in log x around the mean: 60 e-folds below (small shapes put mass near 0), 40 above
-    lo = jnp.log(mean) - 60.0
-    hi = jnp.log(mean) + 40.0
+    gaussian = ndtri(p)
+    wilson_hilferty = shape * jnp.power(1.0 - 1.0 / (9.0 * shape) + gaussian / (3.0 * jnp.sqrt(shape)), 3)
+    t = 1.0 - shape * (0.253 + 0.12 * shape)
+    below_one = jnp.where(p < t, jnp.power(p / t, 1.0 / shape), 1.0 - jnp.log1p(-(p - t) / (1.0 - t)))
+    x = jnp.where(shape >= 1.0, jnp.maximum(wilson_hilferty, 1e-3 * shape), below_one)
+    log_gamma = gammaln(shape)
 
-    def body(_, bracket):
-        lo, hi = bracket
-        mid = 0.5 * (lo + hi)
-        below = gammainc(shape, jnp.exp(mid) / scale) < p
-        return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
+    def halley(_, x):
+        ratio = (gammainc(shape, x) - p) / jnp.exp((shape - 1.0) * jnp.log(x) - x - log_gamma)  # (P - p) / P'
+        curvature = ratio * ((shape - 1.0) / x - 1.0)  # ratio * P'' / P'
+        new = x - ratio / jnp.maximum(1.0 - 0.5 * jnp.minimum(curvature, 1.0), 0.5)
+        return jnp.where(new > 0, new, 0.5 * x)
 
-    lo, hi = jax.lax.fori_loop(0, num_iterations, body, (lo, hi))
-    return jnp.exp(0.5 * (lo + hi))
+    return scale * jax.lax.fori_loop(0, num_iterations, halley, x)
 
 
 def tune(stats: EnergyStats, x, step_size, settings: TunerSettings) -> tuple[jax.Array, jax.Array, EnergyStats]:
@@ -137,16 +144,19 @@ def tune(stats: EnergyStats, x, step_size, settings: TunerSettings) -> tuple[jax
     scale = mean / shape
     active = stats.count >= MIN_STEPS_BEFORE_TUNING
     finite = jnp.isfinite(x)
-    outlier_at = gamma_quantile(min(settings.reset_quantile, OUTLIER_QUANTILE_WITHOUT_RESETS), shape, scale)
-    outlier = active & (x > outlier_at)
+    # x against the Gamma's quantiles q_p through its CDF: x > q_p exactly when cdf > p (one gammainc per step)
+    cdf = gammainc(shape, x / scale)
+    outlier_prob = min(settings.reset_quantile, OUTLIER_QUANTILE_WITHOUT_RESETS)
+    outlier = active & (cdf > outlier_prob)
     reset = (outlier if settings.reset_quantile < 1.0 else jnp.zeros((), bool)) | ~finite
     factor = jnp.ones_like(step_size)
     if settings.adapt_prob > 0 and settings.adapt_strength > 0:
-        shrink = ~finite | (x > gamma_quantile(1.0 - SHRINK_SHARE * settings.adapt_prob, shape, scale))
-        grow = finite & (x < gamma_quantile((1.0 - SHRINK_SHARE) * settings.adapt_prob, shape, scale))
+        shrink = ~finite | (cdf > 1.0 - SHRINK_SHARE * settings.adapt_prob)
+        grow = finite & (cdf < (1.0 - SHRINK_SHARE) * settings.adapt_prob)
         factor = jnp.where(shrink, 1.0 - settings.adapt_strength, jnp.where(grow, 1.0 + settings.adapt_strength, 1.0))
         factor = jnp.where(active, factor, 1.0)
     new_step_size = jnp.clip(step_size * factor, STEP_SIZE_MIN, STEP_SIZE_MAX)
+    outlier_at = gamma_quantile(outlier_prob, shape, scale)  # the value an outlier enters the averages with
     averaged = update_stats(stats, jnp.where(outlier, outlier_at, x).astype(stats.mean.dtype), settings.beta)
     new_stats = jax.tree.map(lambda new, old: jnp.where(finite, new, old), averaged, stats)
     return new_step_size.astype(jnp.result_type(step_size)), reset, new_stats
