@@ -124,7 +124,7 @@ def gamma_quantile(p, shape, scale, num_iterations: int = 4) -> jax.Array:
     def halley(_, x):
         ratio = (gammainc(shape, x) - p) / jnp.exp((shape - 1.0) * jnp.log(x) - x - log_gamma)  # (P - p) / P'
         curvature = ratio * ((shape - 1.0) / x - 1.0)  # ratio * P'' / P'
-        new = x - ratio / jnp.maximum(1.0 - 0.5 * jnp.minimum(curvature, 1.0), 0.5)
+        new = x - ratio / (1.0 - 0.5 * jnp.minimum(curvature, 1.0))  # Halley's step, damped to at most 2x Newton's
         return jnp.where(new > 0, new, 0.5 * x)
 
     return scale * jax.lax.fori_loop(0, num_iterations, halley, x)
