@@ -41,17 +41,35 @@ def trace_model(model: Callable, model_args: tuple, model_kwargs: dict, rng_key=
     again on every eager call). ``rng_key`` seeds the init strategy and anything else the model draws.
     """
     rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
+    subsampled: list[PlateInfo] = []
 
     def substitute_fn(site):
         if site["type"] == "plate":
             if site.get("value") is not None:  # bound by an inner handler (e.g. to all rows)
                 return None
             size, subsample_size = site["args"]
-            return None if subsample_size is None or subsample_size >= size else jnp.arange(subsample_size)
+            if subsample_size is None or subsample_size >= size:
+                return None
+            subsampled.append(PlateInfo(site["name"], size, subsample_size))
+            return jnp.arange(subsample_size)
         return init_strategy(site)
 
     seeded = handlers.substitute(handlers.seed(model, rng_key), substitute_fn=substitute_fn)
-    return handlers.trace(seeded).get_trace(*model_args, **model_kwargs)
+    try:
+        return handlers.trace(seeded).get_trace(*model_args, **model_kwargs)
+    except (ValueError, TypeError, IndexError) as err:
+        if not subsampled:
+            raise
+        plate = subsampled[0]  # e.g. obs=y or Normal(X @ w) with all N rows under a plate of n: shapes do not broadcast
+        raise ValueError(f"The model failed on a minibatch of {plate.subsample_size} of the {plate.size} rows of plate "
+                         f"{plate.name!r} ({type(err).__name__}: {err}). " + indexing_advice(plate.name)) from err
+
+
+def indexing_advice(plate_name: str, site_name: str = "obs") -> str:
+    """How to write a subsampled plate's observations (the end of every minibatch error)."""
+    return (f"A subsampled plate must index the data it observes: `with numpyro.plate({plate_name!r}, N, "
+            f"subsample_size=n) as idx: numpyro.sample({site_name!r}, d, obs=y[idx])` (or numpyro.subsample(y, "
+            "event_dim=0)). Or call the model with subsample_size=None for full-batch gradients.")
 
 
 def latent_sites(trace: dict) -> dict:

@@ -72,13 +72,6 @@ def subsampled_plates(trace: dict, kernel_name: str = "This kernel") -> tuple[mu
     return tuple(out)
 
 
-def _indexing_advice(plate_name: str, site_name: str = "obs") -> str:
-    """How to write a subsampled plate's observations (the end of both minibatch errors)."""
-    return (f"A subsampled plate must index the data it observes: `with numpyro.plate({plate_name!r}, N, "
-            f"subsample_size=n) as idx: numpyro.sample({site_name!r}, d, obs=y[idx])` (or numpyro.subsample(y, "
-            "event_dim=0)). Or call the model with subsample_size=None for full-batch gradients.")
-
-
 def check_observations_indexed(trace: dict, plates: tuple[mu.PlateInfo, ...], kernel_name: str = "This kernel") -> None:
     """Raise when an observed site in a subsampled plate has more rows along the plate than the minibatch.
 
@@ -102,7 +95,7 @@ def check_observations_indexed(trace: dict, plates: tuple[mu.PlateInfo, ...], ke
                 raise ValueError(
                     f"{kernel_name}: the observed site {name!r} has {shape[frame.dim]} rows along plate "
                     f"{frame.name!r}, whose minibatch has {sizes[frame.name]}: it observes the full data, not the "
-                    "plate's rows. " + _indexing_advice(frame.name, name)
+                    "plate's rows. " + mu.indexing_advice(frame.name, name)
                 )
 
 
@@ -213,7 +206,7 @@ class MinibatchModel:
             raise ValueError(
                 f"{self.kernel_name}: the model failed on a minibatch of {plate.subsample_size} of the "
                 f"{plate.size} rows of plate {plate.name!r} ({type(err).__name__}: {err}). "
-                + _indexing_advice(plate.name)
+                + mu.indexing_advice(plate.name)
             ) from err
 
     @property

@@ -15,7 +15,7 @@ import pytest
 from numpyro.infer import MCMC
 from _stats import check_moments
 
-from numpyro_mile import ICSGLD, MILE, SGLD
+from numpyro_mile import ICSGLD, MILE, SGLD, SMILE
 from numpyro_mile.diagnostics import ess
 from numpyro_mile import importance_weights
 
@@ -212,6 +212,25 @@ def test_sgld_plate_without_indexing_runs_full_batch_and_explains_minibatch_fail
             with pytest.raises(ValueError, match=r"index the data it observes.*obs=y\[idx\]"):
                 MCMC(kernel, num_warmup=10, num_samples=10, num_chains=2, chain_method="vectorized",
                      progress_bar=False).run(jax.random.PRNGKey(0), DATA, subsample_size=size)
+
+
+@pytest.mark.parametrize("kernel", ["SGLD", "SMILE", "MILE"])
+def test_unindexed_data_under_a_subsampled_plate_gets_the_indexing_advice(kernel):
+    """``Normal(X @ w)`` with all N rows under a plate that draws n: NumPyro fails on the shapes while the model
+    is traced (before any check of the observed sites); the error says how to index the plate's rows."""
+    X = jnp.asarray(np.random.default_rng(0).normal(size=(40, 2)))
+    y = X @ jnp.array([1.0, -0.5])
+
+    def unindexed(X, y, subsample_size=None):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+        with numpyro.plate("data", X.shape[0], subsample_size=subsample_size):
+            numpyro.sample("y", dist.Normal(X @ w, 1.0), obs=y)
+
+    sampler = {"SGLD": lambda: SGLD(unindexed, 1e-3), "SMILE": lambda: SMILE(unindexed),
+               "MILE": lambda: MILE(unindexed)}[kernel]()
+    with pytest.raises(ValueError, match=r"minibatch of 10 of the 40 rows of plate 'data'.*obs=y\[idx\]"):
+        MCMC(sampler, num_warmup=100, num_samples=10, num_chains=2, chain_method="vectorized",
+             progress_bar=False).run(jax.random.PRNGKey(0), X, y, subsample_size=10)
 
 
 def test_icsgld_factor_target_importance_weighted_mean():
