@@ -16,9 +16,17 @@ The step-size predictor is the one of Robnik et al. (MCLMC) used by MILE:
 ``xi = dE^2 / (d * target) + 1e-8``, ``w = exp(-0.5 * (log xi / (6 * trust))^2)``,
 ``x <- a x + w xi / eps^6``, ``t <- a t + w`` with ``a = (n_eff - 1) / (n_eff + 1)``, and
 ``eps = min((x / t)^(-1/6), eps_max)``. A rejected (non-finite) step sets
-``eps_max = 0.8 * eps`` and does not enter the averages. ``x`` is kept as its logarithm: ``eps^6``
-underflows float32 below ``eps ~ 1e-6`` (``x`` then overflowed, the step size became 0 and L NaN,
-which froze a chain whose target energy variance float32 cannot resolve). The step size is also
+``eps_max = 0.8 * eps`` and enters the averages with an energy change of 0, as in the reference code
+(``xi = 1e-8``, weight ``exp(-0.5 (log 1e-8 / (6 trust))^2)``, 0.12 at ``trust = 1.5``).
+
+The state keeps ``t`` and ``v = log((x / t) eps^6)`` for the current step size ``eps`` (0 when ``eps`` is the
+predictor's value, below 0 when the cap holds it lower), and updates them as
+``v' = log(a t e^v + w xi) - log(a t + w)``, ``t' = a t + w``, ``eps' = clip(eps e^(-v'/6))``,
+``v'' = 6 log(eps' / (eps e^(-v'/6)))``: the same step sizes as the reference's update in exact arithmetic
+(``tests/test_mile_reference.py`` checks them step by step against the reference code), but with every
+quantity of order 1. In float32 ``x`` itself overflows once ``eps^6`` underflows (``eps`` below ~1e-6: the
+step size became 0 and L NaN, which froze a chain whose target energy variance float32 cannot resolve), and a
+logarithm of ``x`` (~100 there) rounds the decay factor enough to move the step sizes by 0.1 %. The step size is also
 kept at or above ``MIN_STEP_SIZE_FRACTION`` of its starting value; a chain that ends warmup there
 is named by ``MILE.run_warnings``.
 """
@@ -55,8 +63,9 @@ class Schedule(NamedTuple):
 class AdaptationState(NamedTuple):
     """Per-chain tuning statistics.
 
-    :ivar log_x: log of the decaying average of ``w * xi / eps^6`` (scalar; ``-inf`` when empty).
-    :ivar t: decaying average of the weights ``w`` (scalar).
+    :ivar log_mismatch: ``log((x / t) * eps^6)`` for the current step size ``eps``, where ``x`` is the decaying
+        average of ``w * xi / eps_k^6`` (scalar; 0 when ``eps`` is the predictor's value).
+    :ivar t: decaying average of the weights ``w`` (scalar; 0 when empty).
     :ivar step_size_max: cap of the step size, lowered after a rejected step (scalar).
     :ivar step_size_min: floor of the step size, ``MIN_STEP_SIZE_FRACTION`` of the starting one (scalar).
     :ivar weight_sum: sum of step sizes over Phase II (scalar).
@@ -65,7 +74,7 @@ class AdaptationState(NamedTuple):
     :ivar samples: Phase III positions (thinned, coordinate subset), shape ``(num_stored, d_sub)``.
     """
 
-    log_x: jax.Array
+    log_mismatch: jax.Array
     t: jax.Array
     step_size_max: jax.Array
     step_size_min: jax.Array
@@ -130,7 +139,7 @@ def init(dim_stored: int, dim: int, schedule: Schedule, initial_step_size) -> Ad
     """Empty statistics for a chain with ``dim`` coordinates, ``dim_stored`` of them recorded, that starts
     with step size ``initial_step_size``."""
     zero = jnp.zeros(())
-    return AdaptationState(jnp.full((), -jnp.inf, zero.dtype), zero, jnp.full((), jnp.inf, zero.dtype),
+    return AdaptationState(zero, zero, jnp.full((), jnp.inf, zero.dtype),
                            MIN_STEP_SIZE_FRACTION * jnp.asarray(initial_step_size, zero.dtype), zero,
                            jnp.zeros(dim), jnp.zeros(dim), jnp.zeros((schedule.num_stored, dim_stored)))
 
@@ -138,7 +147,8 @@ def init(dim_stored: int, dim: int, schedule: Schedule, initial_step_size) -> Ad
 def target_energy_variance(i, schedule: Schedule) -> jax.Array:
     """Target energy variance per dimension at step ``i`` (from 0) of Phases I+II.
 
-    Linear: from ``start`` at ``i = 0`` to ``end`` at the last step of Phase II, then constant.
+    Linear, as the reference code: ``start + (end - start) * min(i / (n1 + n2 + 1), 1)`` (at the last step of
+    Phase II it is ``2 / (n1 + n2 + 1)`` of the way short of ``end``).
     Exponential: ``start e^(-i/tau) + end (1 - e^(-i/tau))``, ``tau = (n1 + n2 + 1) / 4``
     (``e^-4``, 2% of the way, is left at the end of Phase II).
     """
@@ -146,27 +156,32 @@ def target_energy_variance(i, schedule: Schedule) -> jax.Array:
         tau = (schedule.num_phase1 + schedule.num_phase2 + 1) / 4.0
         decay = jnp.exp(-jnp.asarray(i, jnp.float32) / tau)
         return schedule.target_start * decay + schedule.target_end * (1.0 - decay)
-    span = max(schedule.num_phase1 + schedule.num_phase2 - 1, 1)
-    frac = jnp.clip(i / span, 0.0, 1.0)
+    frac = jnp.minimum(i / (schedule.num_phase1 + schedule.num_phase2 + 1), 1.0)
     return schedule.target_start + (schedule.target_end - schedule.target_start) * frac
 
 
 def update_step_size(adapt: AdaptationState, step_size, energy_change, finite, dim: int, target,
                      schedule: Schedule) -> tuple[jax.Array, AdaptationState]:
-    """One step of the step-size predictor; returns the next step size and statistics."""
+    """One step of the step-size predictor; returns the next step size and statistics.
+
+    ``energy_change`` of a rejected step (``finite`` false) is taken as 0, as the reference code does.
+    """
     decay = (schedule.n_eff - 1.0) / (schedule.n_eff + 1.0)
+    energy_change = jnp.where(finite, energy_change, 0.0)
     xi = jnp.square(energy_change) / (dim * target) + 1e-8
     weight = jnp.exp(-0.5 * jnp.square(jnp.log(xi) / (6.0 * schedule.trust)))
-    weight = jnp.where(finite, weight, 0.0)
-    used = weight > 0
-    log_term = jnp.where(used, jnp.log(jnp.where(used, weight, 1.0)) + jnp.log(xi) - 6.0 * jnp.log(step_size),
-                         -jnp.inf)
-    log_x = jnp.logaddexp(math.log(decay) + adapt.log_x, log_term)
-    t = decay * adapt.t + weight
+    kept = decay * adapt.t  # the old average's weight
+    t = kept + weight
+    nonempty = t > 0
+    # log of (x / t) eps^6 after this step's term: an average of e^v (weight `kept`) and xi (weight `weight`)
+    new_term = jnp.where(weight > 0, jnp.log(weight) + jnp.log(xi), -jnp.inf)  # xi = inf has weight 0
+    mixed = jnp.logaddexp(jnp.log(kept) + adapt.log_mismatch, new_term)
+    log_mismatch = jnp.where(nonempty, mixed - jnp.log(jnp.where(nonempty, t, 1.0)), adapt.log_mismatch)
     step_size_max = jnp.where(finite, adapt.step_size_max, 0.8 * step_size)
-    predicted = jnp.where(t > 0, jnp.exp((jnp.log(jnp.where(t > 0, t, 1.0)) - log_x) / 6.0), step_size)
+    predicted = step_size * jnp.exp(-log_mismatch / 6.0)
     new_step_size = jnp.minimum(jnp.maximum(predicted, adapt.step_size_min), step_size_max)
-    return new_step_size, adapt._replace(log_x=log_x, t=t, step_size_max=step_size_max)
+    log_mismatch = 6.0 * jnp.log(new_step_size / predicted)  # 0 unless the cap or the floor holds
+    return new_step_size, adapt._replace(log_mismatch=log_mismatch, t=t, step_size_max=step_size_max)
 
 
 def accumulate_moments(adapt: AdaptationState, position_flat, weight, active) -> AdaptationState:

@@ -189,14 +189,15 @@ def chain_tune(state: MILEState, moved: MILEState, schedule: tuning.Schedule) ->
     )
     # select only the small fields: a select over the whole tuple would copy the Phase III buffer every step
     adapt = state.adapt._replace(
-        log_x=jnp.where(tuning_step, adapt.log_x, state.adapt.log_x),
+        log_mismatch=jnp.where(tuning_step, adapt.log_mismatch, state.adapt.log_mismatch),
         t=jnp.where(tuning_step, adapt.t, state.adapt.t),
         step_size_max=jnp.where(tuning_step, adapt.step_size_max, state.adapt.step_size_max),
     )
     step_size = jnp.where(tuning_step, new_step_size, state.step_size)
 
     in_phase2 = tuning_step & (i >= schedule.num_phase1)
-    adapt = tuning.accumulate_moments(adapt, flat, state.step_size, in_phase2 & finite)
+    # weighted by the step size the predictor just chose, as the reference code does
+    adapt = tuning.accumulate_moments(adapt, flat, step_size, in_phase2 & finite)
     end_of_phase2 = i == schedule.num_phase1 + schedule.num_phase2 - 1
     L = jnp.where(end_of_phase2, tuning.L_from_moments(adapt, state.L), state.L)
 
