@@ -127,6 +127,7 @@ def test_mile_killed_mid_sampling_or_mid_warmup_resumes_bit_for_bit(tmp_path):
     draws = reference.get_samples(group_by_chain=True)
     assert cost.sample_bytes == sum(v.nbytes for v in draws.values())
     per_draw = cost.sample_bytes // (2 * 20)
+    assert cost.phase3_bytes == 2 * 4 * 10 * 34  # n3 = 10 positions of 34 coordinates, in the Phase III step
     assert cost.predicted_bytes == cost.data_bytes + cost.state_bytes + 2 * 14 * per_draw  # one chunk: 40 / 3 draws
     assert cost.data_bytes == args[0].nbytes + args[1].nbytes and cost.num_params == 8 + 8 + 16 + 2
 

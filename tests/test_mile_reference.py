@@ -54,7 +54,7 @@ def replay(g: dict, schedule: tuning.Schedule):
     initial_L = max(np.sqrt(dim), 15.0)
     state = MILEState(i=jnp.asarray(0, jnp.int32), dynamics=Dynamics(jnp.zeros(dim)),
                       step_size=jnp.float32(g["step_sizes"][0]), L=jnp.float32(initial_L),
-                      adapt=tuning.init(1, dim, schedule, g["step_sizes"][0]), energy_change=jnp.float32(0),
+                      adapt=tuning.init(dim, g["step_sizes"][0]), energy_change=jnp.float32(0),
                       num_nans=jnp.asarray(0, jnp.int32), rng_key=jax.random.PRNGKey(0),
                       diverging=jnp.asarray(False), ess_fallback=jnp.asarray(False))
 
@@ -105,7 +105,7 @@ def test_a_rejected_step_enters_the_averages_as_the_reference_enters_it():
     weight 0.12 at trust 1.5) besides capping the step size at 0.8 of it. In the recorded runs the cap binds right
     after each rejection, so this difference stays below their tolerance: checked here on one step."""
     schedule = tuning.make_schedule(1000)
-    adapt = tuning.init(1, 4, schedule, 1e-2)
+    adapt = tuning.init(4, 1e-2)
     for dE in (0.3, -0.2, 0.25):  # a few accepted steps first
         step_size, adapt = tuning.update_step_size(adapt, jnp.float32(1e-2), jnp.float32(dE), True, 4, 0.1, schedule)
     t_before = float(adapt.t)

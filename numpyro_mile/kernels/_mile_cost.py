@@ -36,14 +36,17 @@ class CostEstimate(NamedTuple):
         of :meth:`MILE.estimate_cost`).
     :ivar num_params: unconstrained latent dimension ``d`` of one chain.
     :ivar state_bytes: the MILE state of all chains: position, momentum and gradient, Phase II mean
-        and variance (``5 d``), and the Phase III buffer (``num_stored x min(d, ess_num_coords)``).
+        and variance (``5 d``).
+    :ivar phase3_bytes: the Phase III positions of all chains, held during the one step that runs Phase III
+        (``min(n3, max_stored_samples) x min(d, ess_num_coords)`` per chain).
     :ivar sample_bytes: all kept draws, ``num_chains x (num_samples // thinning)`` times the
         constrained values of one draw (latent and deterministic sites), in the storage dtype.
     :ivar data_bytes: the array model arguments. (The state carries them through the sampling
         loop as JAX arrays: JAX inputs are shared, NumPy inputs are copied once to the device.)
-    :ivar predicted_bytes: ``data_bytes + state_bytes +`` the draws held at once: all of them, or
-        one chunk with ``chunk_size`` (:func:`numpyro_mile.run_chunked`). ``MCMC.run`` also makes
-        transient copies of its draws (see ``docs/benchmarks/long_runs.md``).
+    :ivar predicted_bytes: ``data_bytes + state_bytes +`` the larger of ``phase3_bytes`` and the draws
+        held at once: all of them, or one chunk with ``chunk_size`` (:func:`numpyro_mile.run_chunked`).
+        ``MCMC.run`` also makes transient copies of its draws (see ``docs/benchmarks/long_runs.md``), and
+        the ESS of Phase III works on one chain at a time (about 8x that chain's positions).
     :ivar method: ``"step"`` or ``"gradient"``.
     """
 
@@ -59,6 +62,7 @@ class CostEstimate(NamedTuple):
     data_bytes: int = 0
     predicted_bytes: int = 0
     method: str = "gradient"
+    phase3_bytes: int = 0
 
 
 def _time_calls(fn, arg, min_seconds: float) -> tuple[float, float, int]:
@@ -128,7 +132,8 @@ def estimate_cost(kernel, rng_key, *model_args, num_warmup: int, num_samples: in
                                         target_energy_variance=kernel.target_energy_variance,
                                         target_schedule=kernel.target_schedule,
                                         max_stored_samples=kernel.max_stored_samples)
-    state_bytes = num_chains * itemsize * (5 * dim + schedule.num_stored * min(dim, kernel.ess_num_coords))
+    state_bytes = num_chains * itemsize * 5 * dim
+    phase3_bytes = num_chains * itemsize * schedule.num_stored * min(dim, kernel.ess_num_coords)
     one = jax.eval_shape(partial(constrain_fn, kernel.model, model_args, model_kwargs, return_deterministic=True),
                          jax.tree.map(lambda x: x[0], init_params))
     store = storage_dtype(store_dtype)
@@ -141,5 +146,5 @@ def estimate_cost(kernel, rng_key, *model_args, num_warmup: int, num_samples: in
     return CostEstimate(
         num_grad_evals(num_warmup, num_samples, num_chains), wall, wall * num_steps, cpu, cpu * num_steps,
         compile_seconds, dim, int(state_bytes), int(num_chains * num_draws * per_draw), int(data_bytes),
-        int(data_bytes + state_bytes + num_chains * held * per_draw), method)
+        int(data_bytes + state_bytes + max(phase3_bytes, num_chains * held * per_draw)), method, int(phase3_bytes))
 

@@ -8,9 +8,12 @@ I.   adapt the step size from each step's energy change towards a target energy 
      reference's choice when the start is above 2);
 II.  keep adapting; accumulate step-size-weighted means and variances of the position; at the
      end set ``L = sqrt(sum of variances)``;
-III. fixed step size and L; store (a thinned, coordinate-subsampled copy of) the positions; at
-     the end set ``L = L_factor * step_size * mean_i(n3 / ESS_i)`` over the coordinates whose ESS
-     is finite and positive (the Phase II L stays when there is none).
+III. fixed step size and L; store the positions (as the reference code: every coordinate up to 2,000, a
+     random subset of 2,000 above; every step up to 10,000, equally spaced ones above); at the end set
+     ``L = L_factor * step_size * mean_i(n3 / ESS_i)`` over the coordinates whose ESS is finite and
+     positive (the Phase II L stays when there is none). The kernel runs all of Phase III within one
+     step (:func:`numpyro_mile.kernels.mile.phase3`), so that the stored positions never enter the
+     chain's state.
 
 The step-size predictor is the one of Robnik et al. (MCLMC) used by MILE:
 ``xi = dE^2 / (d * target) + 1e-8``, ``w = exp(-0.5 * (log xi / (6 * trust))^2)``,
@@ -38,6 +41,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class Schedule(NamedTuple):
@@ -46,7 +50,6 @@ class Schedule(NamedTuple):
     num_phase1: int
     num_phase2: int
     num_phase3: int
-    thin3: int
     num_stored: int
     target_start: float
     target_end: float
@@ -71,7 +74,6 @@ class AdaptationState(NamedTuple):
     :ivar weight_sum: sum of step sizes over Phase II (scalar).
     :ivar mean: step-size-weighted mean of the position over Phase II, shape ``(d,)``.
     :ivar m2: step-size-weighted sum of squared deviations over Phase II, shape ``(d,)``.
-    :ivar samples: Phase III positions (thinned, coordinate subset), shape ``(num_stored, d_sub)``.
     """
 
     log_mismatch: jax.Array
@@ -81,7 +83,6 @@ class AdaptationState(NamedTuple):
     weight_sum: jax.Array
     mean: jax.Array
     m2: jax.Array
-    samples: jax.Array
 
 
 MIN_PHASE3 = 10
@@ -95,6 +96,11 @@ TARGET_SCHEDULES = ("auto", "linear", "exponential")
 #: ``target_schedule="auto"`` is exponential above this starting target (the MILE reference's rule)
 EXPONENTIAL_ABOVE = 2.0
 
+#: the MILE reference code's limits of Phase III's ESS: coordinates (a random subset above), stored positions
+#: (equally spaced ones above)
+REFERENCE_ESS_COORDS = 2000
+REFERENCE_STORED_SAMPLES = 10_000
+
 
 def make_schedule(
     num_warmup: int,
@@ -105,7 +111,7 @@ def make_schedule(
     n_eff: float = 100.0,
     trust: float = 1.5,
     L_factor: float = 0.4,
-    max_stored_samples: int = 1000,
+    max_stored_samples: int = REFERENCE_STORED_SAMPLES,
 ) -> Schedule:
     """Phase lengths and settings for ``num_warmup`` tuning steps; raises when they are too few.
 
@@ -128,20 +134,21 @@ def make_schedule(
             f"got {n1}/{n2}/{n3} steps, but Phase I needs >= 1, Phase II >= 2 and Phase III >= "
             f"{MIN_PHASE3} steps. Use num_warmup >= {max(need, 20)} (the MILE paper uses 50,000)."
         )
-    thin3 = max(1, math.ceil(n3 / max_stored_samples))
+    num_stored = min(n3, int(max_stored_samples))
+    if num_stored < n3 and (n3 - 1) * max(num_stored - 1, 1) >= 2**31:
+        raise ValueError(f"Phase III of {n3} steps with max_stored_samples={max_stored_samples}: too many to "
+                         "choose the stored steps in int32 arithmetic; lower max_stored_samples.")
     start, end = float(target_energy_variance[0]), float(target_energy_variance[1])
     exponential = target_schedule == "exponential" or (target_schedule == "auto" and start > EXPONENTIAL_ABOVE)
-    return Schedule(n1, n2, n3, thin3, math.ceil(n3 / thin3), start, end, exponential, float(n_eff), float(trust),
-                    float(L_factor))
+    return Schedule(n1, n2, n3, num_stored, start, end, exponential, float(n_eff), float(trust), float(L_factor))
 
 
-def init(dim_stored: int, dim: int, schedule: Schedule, initial_step_size) -> AdaptationState:
-    """Empty statistics for a chain with ``dim`` coordinates, ``dim_stored`` of them recorded, that starts
-    with step size ``initial_step_size``."""
+def init(dim: int, initial_step_size) -> AdaptationState:
+    """Empty statistics for a chain with ``dim`` coordinates that starts with step size ``initial_step_size``."""
     zero = jnp.zeros(())
     return AdaptationState(zero, zero, jnp.full((), jnp.inf, zero.dtype),
                            MIN_STEP_SIZE_FRACTION * jnp.asarray(initial_step_size, zero.dtype), zero,
-                           jnp.zeros(dim), jnp.zeros(dim), jnp.zeros((schedule.num_stored, dim_stored)))
+                           jnp.zeros(dim), jnp.zeros(dim))
 
 
 def target_energy_variance(i, schedule: Schedule) -> jax.Array:
@@ -202,19 +209,36 @@ def L_from_moments(adapt: AdaptationState, fallback_L) -> jax.Array:
     return jnp.where(ok & jnp.isfinite(L) & (L > 0), L, fallback_L)
 
 
-def record_sample(adapt: AdaptationState, position_sub, step_in_phase3, schedule: Schedule) -> AdaptationState:
-    """Store the position when ``step_in_phase3`` is a non-negative multiple of the Phase III thinning.
+def stored_slot(step_in_phase3, schedule: Schedule) -> tuple[jax.Array, jax.Array]:
+    """``(slot, stored)``: whether Phase III step ``step_in_phase3`` (from 0) is stored, and where.
 
-    Works on one chain (``samples`` ``(num_stored, d_sub)``, ``position_sub`` ``(d_sub,)``) or on
-    all chains at once (leading chain axes on both) with a shared ``step_in_phase3``: one
-    in-place row update of the buffer either way.
+    Every step when Phase III has at most ``num_stored`` steps; otherwise the steps
+    ``floor(k (n3 - 1) / (num_stored - 1))``, ``k = 0 .. num_stored - 1``, equally spaced from the first to the
+    last, as the reference's ``linspace(0, n3 - 1, 10000)`` (here in exact integer arithmetic).
     """
-    slot = jnp.clip(step_in_phase3 // schedule.thin3, 0, schedule.num_stored - 1)
-    active = (step_in_phase3 >= 0) & (step_in_phase3 < schedule.num_phase3) & (step_in_phase3 % schedule.thin3 == 0)
-    old = jax.lax.dynamic_slice_in_dim(adapt.samples, slot, 1, axis=adapt.samples.ndim - 2)
-    row = jnp.where(active, jnp.expand_dims(position_sub, -2), old)
-    return adapt._replace(samples=jax.lax.dynamic_update_slice_in_dim(adapt.samples, row, slot,
-                                                                      axis=adapt.samples.ndim - 2))
+    n3, m = schedule.num_phase3, schedule.num_stored
+    in_phase3 = (step_in_phase3 >= 0) & (step_in_phase3 < n3)
+    if m >= n3:
+        return jnp.clip(step_in_phase3, 0, m - 1), in_phase3
+    j = jnp.clip(step_in_phase3, 0, n3 - 1)
+    slot = -((-j * (m - 1)) // (n3 - 1))  # the first k whose equally spaced step is at or after j
+    return jnp.clip(slot, 0, m - 1), in_phase3 & (slot * (n3 - 1) // (m - 1) == j)
+
+
+def stored_steps(schedule: Schedule) -> np.ndarray:
+    """The Phase III steps (from 0) whose positions are stored, in slot order (what :func:`stored_slot` picks)."""
+    n3, m = schedule.num_phase3, schedule.num_stored
+    return np.arange(n3) if m >= n3 else np.arange(m) * (n3 - 1) // (m - 1)
+
+
+def record_sample(samples, position_sub, step_in_phase3, schedule: Schedule):
+    """``samples`` (shape ``(..., num_stored, d_sub)``) with the position written into its slot when Phase III step
+    ``step_in_phase3`` is one that is stored (one chain, or all chains at once with leading chain axes on both
+    and a shared step); one in-place row update inside a compiled loop."""
+    slot, stored = stored_slot(step_in_phase3, schedule)
+    old = jax.lax.dynamic_slice_in_dim(samples, slot, 1, axis=samples.ndim - 2)
+    row = jnp.where(stored, jnp.expand_dims(position_sub, -2), old)
+    return jax.lax.dynamic_update_slice_in_dim(samples, row, slot, axis=samples.ndim - 2)
 
 
 def L_from_ess(samples, step_size, schedule: Schedule, ess_fn, fallback_L) -> tuple[jax.Array, jax.Array]:

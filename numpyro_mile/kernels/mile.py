@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
-from jax.sharding import PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
 
@@ -106,8 +106,7 @@ def without_auxiliary(postprocess: Callable) -> Callable:
     return lambda z: postprocess({name: value for name, value in z.items() if name != AUXILIARY_SITE})
 
 
-def _init_program(target: Callable, is_model: bool, data_key, schedule: tuning.Schedule, dim_stored: int,
-                  num_auxiliary: int = 0):
+def _init_program(target: Callable, is_model: bool, data_key, num_auxiliary: int = 0):
     """Jitted ``init_all(params, keys, data_arrays, step_size, L) -> MILEState`` of all chains (chain axis
     first; ``data`` left empty). ``target`` is the model (``is_model``, with ``num_auxiliary`` auxiliary
     coordinates) or the potential function."""
@@ -127,7 +126,7 @@ def _init_program(target: Callable, is_model: bool, data_key, schedule: tuning.S
                 dynamics=mclmc.init(params, potential_fn, momentum_key),
                 step_size=step_size.astype(flat.dtype),
                 L=L.astype(flat.dtype),
-                adapt=tuning.init(dim_stored, flat.shape[0], schedule, step_size),
+                adapt=tuning.init(flat.shape[0], step_size),
                 energy_change=jnp.zeros((), flat.dtype),
                 num_nans=jnp.asarray(0, jnp.int32),
                 rng_key=key,
@@ -175,78 +174,100 @@ def chain_move(state: MILEState, potential_fn: Callable) -> MILEState:
 
 
 def chain_tune(state: MILEState, moved: MILEState, schedule: tuning.Schedule) -> MILEState:
-    """The tuning bookkeeping of one chain after its move from ``state`` to ``moved`` (warmup only);
+    """The tuning bookkeeping of Phases I and II for one chain after its move from ``state`` to ``moved``;
     ``state.i`` is the (shared) iteration counter of the step."""
     i = state.i
     finite = ~moved.diverging
     flat, _ = ravel_pytree(moved.dynamics.position)
     dim = flat.shape[0]
-
-    tuning_step = i < schedule.num_phase1 + schedule.num_phase2
     target = tuning.target_energy_variance(i, schedule)
-    new_step_size, adapt = tuning.update_step_size(
+    step_size, adapt = tuning.update_step_size(
         state.adapt, state.step_size, moved.energy_change, finite, dim, target, schedule
     )
-    # select only the small fields: a select over the whole tuple would copy the Phase III buffer every step
-    adapt = state.adapt._replace(
-        log_mismatch=jnp.where(tuning_step, adapt.log_mismatch, state.adapt.log_mismatch),
-        t=jnp.where(tuning_step, adapt.t, state.adapt.t),
-        step_size_max=jnp.where(tuning_step, adapt.step_size_max, state.adapt.step_size_max),
-    )
-    step_size = jnp.where(tuning_step, new_step_size, state.step_size)
-
-    in_phase2 = tuning_step & (i >= schedule.num_phase1)
+    in_phase2 = i >= schedule.num_phase1
     # weighted by the step size the predictor just chose, as the reference code does
     adapt = tuning.accumulate_moments(adapt, flat, step_size, in_phase2 & finite)
     end_of_phase2 = i == schedule.num_phase1 + schedule.num_phase2 - 1
     L = jnp.where(end_of_phase2, tuning.L_from_moments(adapt, state.L), state.L)
-
     return moved._replace(step_size=step_size, L=L, adapt=adapt)
 
 
-def record(state: MILEState, i, config: MILEConfig) -> MILEState:
-    """Phase III: store the (coordinate-subsampled) positions of all chains at once (a shared slot)."""
+def phase3(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILEState, jax.Array]:
+    """Phase III of every chain in ``state``, all of it: ``num_phase3`` moves with the chain's step size and Phase
+    II L in one compiled loop, their positions stored as the reference code stores them (the coordinates
+    ``config.coords``, the steps :func:`~numpyro_mile.kernels._mile_tuning.stored_steps`), then L from their ESS.
+
+    The positions exist only inside this loop: MILE's step runs it at the first Phase III step and leaves the
+    chain where it ends for the remaining Phase III steps, so that no buffer of positions rides in the state
+    that NumPyro's progress-bar loop copies at every step (as the reference statistic needs up to 2,000
+    coordinates x 10,000 positions per chain, that copy made runs several times slower).
+
+    :param move: one MCLMC move of every chain in ``state`` (:func:`chain_move`, batched like ``state``).
+    :return: the state after the moves, with the new L (``i`` counts the moves), and the stored positions,
+        shape ``(chains, num_stored, d_sub)`` (``(num_stored, d_sub)`` for one chain).
+    """
     schedule = config.schedule
-    flat = ravel_pytree(state.dynamics.position)[0] if not config.batched else jax.vmap(
-        lambda p: ravel_pytree(p)[0])(state.dynamics.position)
-    stored = flat if config.coords is None else flat[..., config.coords]
-    adapt = tuning.record_sample(state.adapt, stored, i - schedule.num_phase1 - schedule.num_phase2, schedule)
-    return state._replace(adapt=adapt)
+    flatten = (lambda p: ravel_pytree(p)[0]) if not config.batched else jax.vmap(lambda p: ravel_pytree(p)[0])
+    flat = flatten(state.dynamics.position)
+    width = flat.shape[-1] if config.coords is None else len(config.coords)
+    samples = jnp.zeros(flat.shape[:-1] + (schedule.num_stored, width), flat.dtype)
+    if config.mesh is not None:
+        samples = jax.lax.with_sharding_constraint(
+            samples, NamedSharding(config.mesh, PartitionSpec(config.mesh.axis_names[0])))
+
+    def body(k, carry):
+        state, samples, rejected = carry
+        state = move(state)
+        flat = flatten(state.dynamics.position)
+        stored = flat if config.coords is None else flat[..., config.coords]
+        return state, tuning.record_sample(samples, stored, k, schedule), rejected | state.diverging
+
+    state, samples, rejected = jax.lax.fori_loop(0, schedule.num_phase3, body,
+                                                 (state, samples, jnp.zeros_like(state.diverging)))
+
+    def chain_L(samples, step_size, phase2_L):
+        return tuning.L_from_ess(samples, step_size, schedule, mclmc.ess, phase2_L)
+
+    tuned_L = chain_L
+    if config.batched:
+        def tuned_L(samples, step_size, phase2_L):  # one chain at a time: the FFT's work arrays are ~8x its buffer
+            return jax.lax.map(lambda args: chain_L(*args), (samples, step_size, phase2_L))
+
+        if config.mesh is not None:  # XLA does not partition the FFT over chains: one block per device
+            chains = PartitionSpec(config.mesh.axis_names[0])
+            tuned_L = jax.shard_map(tuned_L, mesh=config.mesh, in_specs=(chains,) * 3, out_specs=(chains, chains))
+    L, ok = tuned_L(samples, state.step_size, state.L)
+    return state._replace(L=L, ess_fallback=~ok, diverging=rejected), samples
 
 
 def mile_step(state: MILEState, potential_fn: Callable, config: MILEConfig) -> MILEState:
     """One MILE step of every chain in ``state`` (one chain, or all with ``config.batched``).
 
-    The MCLMC move; during warmup (``state.i < num_warmup``) the tuning bookkeeping of Phases
-    I-III; at the last warmup step L from the Phase III ESS.
+    By the shared counter ``state.i``: in Phases I and II one MCLMC move and the tuning bookkeeping; at the first
+    Phase III step all of Phase III (:func:`phase3`: its moves, the positions' ESS, the new L); at the other Phase
+    III steps nothing but the counter (the chain waits where Phase III left it); after warmup one move. Phase
+    III's moves are taken at its first step, so the number of moves, 2 gradient evaluations each, is the
+    number of steps as in the reference code; NumPyro's progress bar pauses there for the time of Phase III.
     """
     schedule = config.schedule
+    n12 = schedule.num_phase1 + schedule.num_phase2
     move = over_chains(lambda s: chain_move(s, potential_fn), _STATE_AXES, config.batched)
     tune = over_chains(lambda s, m: chain_tune(s, m, schedule), _STATE_AXES, config.batched, num_states=2)
+    i = state.i
 
-    def tuned_L(samples, step_size, phase2_L):
-        return tuning.L_from_ess(samples, step_size, schedule, mclmc.ess, phase2_L)
+    def run_phase3():
+        done, _ = phase3(state, move, config)
+        return done._replace(i=i + 1)
 
-    if config.batched:
-        tuned_L = jax.vmap(tuned_L)
-        if config.mesh is not None:  # XLA does not partition the FFT over chains: one block per device
-            chains = PartitionSpec(config.mesh.axis_names[0])
-            tuned_L = jax.shard_map(tuned_L, mesh=config.mesh, in_specs=(chains,) * 3, out_specs=(chains, chains))
-    moved = move(state)
-    # warmup only: the tuning bookkeeping; the predicate is the shared counter, so after warmup a
-    # step is the MCLMC move alone (a branch, not a select that computes both)
-    new_state = jax.lax.cond(state.i < config.num_warmup, lambda: record(tune(state, moved), state.i, config),
-                             lambda: moved)
+    def wait():
+        return state._replace(i=i + 1, energy_change=jnp.zeros_like(state.energy_change),
+                              diverging=jnp.zeros_like(state.diverging))
 
-    # end of warmup: L from the Phase III ESS; the FFT runs once, and only L (not the state with its
-    # sample buffer) passes through the cond
-    def end_of_warmup():
-        L, ok = tuned_L(new_state.adapt.samples, new_state.step_size, new_state.L)
-        return L, ~ok
-
-    L, fallback = jax.lax.cond(state.i == config.num_warmup - 1, end_of_warmup,
-                               lambda: (new_state.L, new_state.ess_fallback))
-    return new_state._replace(L=L, ess_fallback=fallback)
+    # branches by the shared counter, so that only one runs (a select would compute all of them)
+    in_phase3 = (i >= n12) & (i < config.num_warmup)
+    moved = jax.lax.cond(in_phase3, lambda: state, lambda: move(state))  # this step's move (none in Phase III)
+    branch = jnp.where(i < n12, 0, jnp.where(i == n12, 1, jnp.where(in_phase3, 2, 3)))
+    return jax.lax.switch(branch, [lambda: tune(state, moved), run_phase3, wait, lambda: moved])
 
 
 class MILE(ChainKernel):
@@ -300,15 +321,14 @@ class MILE(ChainKernel):
     :param L_factor: factor of Phase III's ESS-based L (0.4).
     :param initial_step_size: starting step size (the pretraining learning rate, 1e-3).
     :param initial_L: starting L; default ``max(sqrt(d), 15)``.
-    :param ess_num_coords: at most this many randomly chosen coordinates enter Phase III's ESS
-        (default 32; the MILE reference uses 2,000).
-    :param max_stored_samples: at most this many Phase III positions are stored per chain
-        (thinned; default 1,000; the MILE reference keeps 10,000). Memory: ``num_chains x stored x
-        min(d, ess_num_coords)`` floats, included in :meth:`estimate_cost`'s ``state_bytes``.
-        The buffer is part of the state, which NumPyro's progress-bar loop copies at every step,
-        so the defaults keep it at 128 KB per chain; on a BNN posterior they give the same L as
-        the reference's buffer within a few per cent (``docs/methods/mile.md``). Raise both for
-        the reference's exact statistic when the progress bar is off.
+    :param ess_num_coords: at most this many coordinates enter Phase III's ESS: all of them up to this
+        number, a random subset above (default 2,000, as the MILE reference code).
+    :param max_stored_samples: at most this many Phase III positions are stored per chain: every step up
+        to this number, equally spaced steps above (default 10,000, as the MILE reference code). Memory:
+        ``num_chains x min(n3, max_stored_samples) x min(d, ess_num_coords)`` floats (``n3`` the Phase III
+        steps), counted in :meth:`estimate_cost`'s ``state_bytes``; the buffer is held by the kernel and
+        written in place, not part of the state NumPyro copies. Lower values change the statistic that sets
+        L (``docs/methods/mile.md``).
         Coordinates whose Phase III ESS is 0, NaN or infinite are left out of the mean that
         sets L; when none is usable the Phase II L is kept, with a warning.
     :param init_strategy: NumPyro init strategy when not pretraining.
@@ -363,8 +383,8 @@ class MILE(ChainKernel):
         L_factor: float = 0.4,
         initial_step_size: float = 1e-3,
         initial_L: float | None = None,
-        ess_num_coords: int = 32,
-        max_stored_samples: int = 1000,
+        ess_num_coords: int = tuning.REFERENCE_ESS_COORDS,
+        max_stored_samples: int = tuning.REFERENCE_STORED_SAMPLES,
         init_strategy: Callable = init_to_uniform,
         map_steps: int = 0,
         map_learning_rate: float = 1e-2,
@@ -513,20 +533,17 @@ class MILE(ChainKernel):
                 f"MILE (MCLMC) needs at least 2 latent dimensions; this potential_fn has {dim}. Add an independent "
                 "standard-normal coordinate to it (its draws are then exact for the rest), or write it as a model.")
         coords = None
-        if dim > self.ess_num_coords:
+        if dim > self.ess_num_coords:  # a random subset, as the reference code (which draws one per chain)
             coords = np.sort(np.random.default_rng(0).choice(dim, self.ess_num_coords, replace=False))
         if self._config.batched:  # vectorized chains: sharded over the local devices when it pays
             sharding = self._chain_sharding(init_params, state_keys)
             init_params, state_keys = place_chains(init_params, sharding), place_chains(state_keys, sharding)
         self._config = config = self._config._replace(coords=coords, mesh=chain_mesh_of(state_keys))
         initial_L = self.initial_L if self.initial_L is not None else max(np.sqrt(dim), 15.0)
-        dim_stored = dim if coords is None else len(coords)
         target = self._model if self._potential_fn is None else self._potential_fn
         init_all = _programs.program(
-            ("mile-init", target, self._potential_fn is None, self._data.key, config.schedule.num_stored, dim_stored,
-             config.num_auxiliary),
-            lambda: _init_program(target, self._potential_fn is None, self._data.key, config.schedule, dim_stored,
-                                  config.num_auxiliary))
+            ("mile-init", target, self._potential_fn is None, self._data.key, config.num_auxiliary),
+            lambda: _init_program(target, self._potential_fn is None, self._data.key, config.num_auxiliary))
         state = init_all(init_params, state_keys, self._data.arrays,
                          jnp.asarray(self.initial_step_size, flat.dtype), jnp.asarray(initial_L, flat.dtype))
         if not config.batched:
