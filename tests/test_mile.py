@@ -1,9 +1,7 @@
 """MILE kernel: exactness on known targets, cost, reproducibility and errors."""
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -213,27 +211,6 @@ def test_error_init_params(toy_ensemble):
         mcmc.run(jax.random.PRNGKey(0), X, y, hidden=(4,), init_params=bad)
 
 
-def check_mile_beats_deep_ensemble(X, y, split_seed):
-    """Test LPPD above the DE's and RMSE no worse (2 members/chains, fixed seeds)."""
-    from numpyro_mile.datasets import split, standardize
-    from numpyro_mile.evaluation import evaluate_regression
-
-    (train, val, test), _ = standardize(split(X, y, seed=split_seed))
-    de = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), 2, *train, validation=val, progress_bar=False)
-    mcmc = MCMC(MILE(mlp_regression), num_warmup=1000, num_samples=400, thinning=4, num_chains=2,
-                chain_method="vectorized", progress_bar=False)
-    mcmc.run(jax.random.PRNGKey(1), *train, init_params=de.init_params)
-    rmse_de, lppd_de = evaluate_regression(mlp_regression, de.samples, *test)
-    rmse_mile, lppd_mile = evaluate_regression(mlp_regression, mcmc.get_samples(), *test)
-    assert lppd_mile > lppd_de
-    assert rmse_mile <= rmse_de
-
-
-def test_mile_beats_deep_ensemble_on_toy_regression():
-    """On the 1-D toy with a gap."""
-    check_mile_beats_deep_ensemble(*toy_regression(200, seed=0), split_seed=0)
-
-
 PARALLEL_SCRIPT = """
 import os
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
@@ -273,16 +250,6 @@ def test_estimate_cost_reports_gradient_count_and_positive_time():
     assert cost.num_grad_evals == 3 * (2 * 1500 + 1)
     assert cost.seconds_per_step > 0
     assert cost.predicted_seconds == pytest.approx(cost.seconds_per_step * 1500)
-
-
-UCI_DIR = Path(os.environ.get("NUMPYRO_MILE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data" / "uci"))
-
-
-@pytest.mark.skipif(not (UCI_DIR / "yacht.data").exists(), reason="UCI data not available")
-def test_mile_beats_deep_ensemble_on_yacht():
-    from numpyro_mile.datasets import load_uci
-
-    check_mile_beats_deep_ensemble(*load_uci("yacht", data_dir=UCI_DIR), split_seed=1)
 
 
 @pytest.mark.parametrize("target_energy_variance, variance_bias", [(None, 0.15), ((5e-4, 5e-4), 0.05)])

@@ -306,7 +306,7 @@ def test_collected_warmup_draws_show_phase3_as_one_step():
     def model():
         numpyro.sample("x", dist.Normal(0.0, stds))
 
-    num_warmup, (n1, n2, n3) = 2000, (1600, 200, 200)
+    num_warmup, (n1, n2) = 2000, (1600, 200)  # n3 = 200
     mcmc = MCMC(MILE(model), num_warmup=num_warmup, num_samples=5, num_chains=2, chain_method="vectorized",
                 progress_bar=False)
     mcmc.warmup(jax.random.PRNGKey(0), collect_warmup=True, extra_fields=("L",))

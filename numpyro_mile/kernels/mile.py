@@ -225,17 +225,16 @@ def phase3(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILESt
     state, samples, rejected = jax.lax.fori_loop(0, schedule.num_phase3, body,
                                                  (state, samples, jnp.zeros_like(state.diverging)))
 
-    def chain_L(samples, step_size, phase2_L):
-        return tuning.L_from_ess(samples, step_size, schedule, mclmc.ess, phase2_L)
+    def tuned_L(samples, step_size, phase2_L):
+        if not config.batched:
+            return tuning.L_from_ess(samples, step_size, schedule, mclmc.ess, phase2_L)
+        # one chain at a time: the FFT's work arrays are ~8x the chain's positions
+        return jax.lax.map(lambda args: tuning.L_from_ess(args[0], args[1], schedule, mclmc.ess, args[2]),
+                           (samples, step_size, phase2_L))
 
-    tuned_L = chain_L
-    if config.batched:
-        def tuned_L(samples, step_size, phase2_L):  # one chain at a time: the FFT's work arrays are ~8x its buffer
-            return jax.lax.map(lambda args: chain_L(*args), (samples, step_size, phase2_L))
-
-        if config.mesh is not None:  # XLA does not partition the FFT over chains: one block per device
-            chains = PartitionSpec(config.mesh.axis_names[0])
-            tuned_L = jax.shard_map(tuned_L, mesh=config.mesh, in_specs=(chains,) * 3, out_specs=(chains, chains))
+    if config.batched and config.mesh is not None:  # XLA does not partition the FFT over chains: per device
+        chains = PartitionSpec(config.mesh.axis_names[0])
+        tuned_L = jax.shard_map(tuned_L, mesh=config.mesh, in_specs=(chains,) * 3, out_specs=(chains, chains))
     L, ok = tuned_L(samples, state.step_size, state.L)
     return state._replace(L=L, ess_fallback=~ok, diverging=rejected), samples
 
