@@ -11,6 +11,7 @@ import pytest
 from numpyro.infer import Predictive
 from numpyro.infer.util import log_likelihood as numpyro_log_likelihood
 
+from numpyro_mile import metrics
 from numpyro_mile import predictive as P
 from numpyro_mile.evaluation import evaluate_regression
 from numpyro_mile.models import mlp_classification, mlp_regression
@@ -194,3 +195,36 @@ def test_predictive_probs_average_softmax_over_samples_in_chunks():
     np.testing.assert_allclose(probs, manual, rtol=1e-5, atol=1e-6)
     scores = evaluate_classification(mlp_classification, samples, X, y, num_classes=4, hidden=(5,))
     assert scores["lppd"] == pytest.approx(np.mean(np.log(manual[np.arange(7), y])), rel=1e-5)
+
+
+def test_intervals_from_y_draws_hold_when_a_few_draws_have_a_huge_noise_scale():
+    """The README's advice on a posterior whose noise scale is 1e5 at 2 % of its draws (as heteroscedastic BNN
+    posteriors can have at a test input): quantile intervals of the sampled ``y`` keep their coverage and width,
+    the mean of ``mu`` stays a good point prediction, while the mean of the ``y`` draws is off by orders of
+    magnitude.
+
+    The draws' network computes ``mu = x0 - 0.5 x1`` exactly and ``sigma = 0.3`` (1e5 in 10 of 500 draws). At
+    each input the predictive is then 0.98 N(mu, 0.3^2) + 0.02 N(mu, 1e10), whose central 90 % interval is
+    mu +- 1.741 * 0.3 (the wide part puts about 1 % outside on each side): 91.8 % of the test points fall in it.
+    """
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(2000, 2)).astype(np.float32)
+    truth = X[:, 0] - 0.5 * X[:, 1]
+    y = truth + 0.3 * rng.normal(size=2000)
+    w0 = np.array([[1, -1, 0, 0], [0, 0, 1, -1]], np.float32)        # relu(x0), relu(-x0), relu(x1), relu(-x1)
+    w1 = np.array([[1, 0], [-1, 0], [-0.5, 0], [0.5, 0]], np.float32)  # mu from them; log sigma from the bias
+    S = 500
+    sigma = np.full(S, 0.3, np.float32)
+    sigma[rng.choice(S, 10, replace=False)] = 1e5
+    draws = dict(w0=np.broadcast_to(w0, (S, 2, 4)), b0=np.zeros((S, 4), np.float32),
+                 w1=np.broadcast_to(w1, (S, 4, 2)), b1=np.stack([np.zeros(S, np.float32), np.log(sigma)], 1))
+    out = P.predict(mlp_regression, draws, X, hidden=(4,), return_sites=["y", "mu"], rng_key=jax.random.PRNGKey(4))
+    np.testing.assert_allclose(out["mu"][0], truth, rtol=1e-5, atol=1e-5)
+    y_draws = out["y"]
+    lo, hi = np.quantile(y_draws, [0.05, 0.95], axis=0)
+    covered = metrics.coverage(y, y_draws, levels=(0.9,))[0.9]
+    assert abs(covered - 0.918) < 0.03, covered                        # se 0.006, plus the quantiles' own noise
+    assert np.all(hi - lo < 2 * 0.3 * 2.5), np.max(hi - lo)           # 2 x 1.741 x 0.3 = 1.04, not 1e5
+    mu_mean = P.predict(mlp_regression, draws, X, hidden=(4,), reduce="moments")["mu"].mean
+    assert metrics.rmse(y, mu_mean) < 0.33                             # the noise sd: as good as it gets
+    assert metrics.rmse(y, y_draws.mean(0)) > 100                      # the mean of the y draws: off by 1e5 / 50
