@@ -22,14 +22,16 @@ The three drivers, each configured as its documentation says:
   standardisation, a permutation from the seed, 70/10/20) saved to ``WORKDIR/split.npz``; the authors' run
   makes the same split itself, the others receive it as arrays.
 - ``bde``: ``BdeRegressor`` from scikit-learn-contrib ``bde`` with ``XLA_FLAGS`` exposing ``devices`` host
-  devices (its README's advice), the authors' network and ensemble settings, fitted on train + validation
-  rows with the validation fraction that holds out as many rows as the authors' split.
+  devices (its README's advice), the authors' network and ensemble settings, fitted on the training rows (the
+  rows the others' samplers condition on) with the validation fraction that holds out as many of them as the
+  split's validation part has, for its ensemble's early stopping.
 - ``ours``: the README's path: ``numpyro.set_host_device_count(devices)``, then
   ``MCMC(MILE(mlp_regression), ..., chain_method="vectorized")`` with NumPyro's progress bar as it defaults,
   pretraining its own ensemble with the split's validation rows for early stopping. ``progress_bar`` in
   ARGS.json (a second row, not the headline) sets NumPyro's bar explicitly. It saves its deep ensemble's members to
   ``WORKDIR/ensemble.npz``; with ``init_from`` (a folder of the authors' warmstart parameter files) it starts from
-  the authors' ensemble instead of training its own (``ours-authors-ensemble``).
+  the authors' ensemble instead of training its own (``ours-authors-ensemble``), with ``init_npz`` from a saved
+  ensemble of its own and the key ``seed + key_offset`` (``ours-resampled``, the noise floor).
 - ``authors_sampler``: the authors' tuning and sampling code started from numpyro_mile's ensemble (``init``), so
   that the two samplers can be compared from one ensemble (``authors-sampler``).
 """
@@ -82,7 +84,7 @@ def authors_config(args: dict) -> Path:
     config = yaml.safe_load((checkout / "experiments" / "replicate_uci" / "mclmc.yaml").read_text())
     config["saving_dir"] = str(work / "results")
     config["experiment_name"] = f"mclmc_seed{args['seed']}"
-    config["data"]["path"] = str(checkout / "data" / "airfoil.data")
+    config["data"]["path"] = str(checkout / "data" / f"{args.get('data', 'airfoil')}.data")
     config["rng"] = int(args["seed"])
     config["logging"] = True
     sampler = config["training"]["sampler"]
@@ -148,8 +150,7 @@ def bde(args: dict) -> dict:
     from bde.loss import GaussianNLL
 
     split = np.load(args["split"])
-    x = np.concatenate([split["train_x"], split["valid_x"]])
-    y = np.concatenate([split["train_y"], split["valid_y"]])
+    x, y = split["train_x"], split["train_y"]
     regressor = BdeRegressor(
         hidden_layers=HIDDEN, n_members=int(args["chains"]), seed=int(args["seed"]), loss=GaussianNLL(),
         epochs=500, patience=10, validation_split=len(split["valid_y"]) / len(y), lr=1e-3, weight_decay=1e-3,
@@ -191,14 +192,16 @@ def ours(args: dict) -> dict:
 
     split = np.load(args["split"])
     init_params = authors_members(args["init_from"]) if args.get("init_from") else None
+    if args.get("init_npz"):
+        init_params = {k: np.asarray(v) for k, v in np.load(args["init_npz"]).items()}
     kernel = MILE(mlp_regression, ensemble_options=dict(validation=(split["valid_x"], split["valid_y"])))
     mcmc = MCMC(kernel, num_warmup=int(args["warmup"]), num_samples=int(args["samples"]),
                 thinning=int(args["thinning"]), num_chains=int(args["chains"]), chain_method="vectorized")
     if args.get("progress_bar") is not None:
         mcmc.progress_bar = bool(args["progress_bar"])
     run_start = time.perf_counter()
-    mcmc.run(jax.random.PRNGKey(int(args["seed"])), split["train_x"], split["train_y"], hidden=tuple(HIDDEN),
-             init_params=init_params)
+    mcmc.run(jax.random.PRNGKey(int(args["seed"]) + int(args.get("key_offset", 0))), split["train_x"],
+             split["train_y"], hidden=tuple(HIDDEN), init_params=init_params)
     samples = jax.block_until_ready(mcmc.get_samples())
     out = fit_clock()
     ensemble_s = kernel.ensembles[-1].fit_seconds if kernel.ensembles else 0.0

@@ -1,28 +1,35 @@
-"""Peers side by side: numpyro_mile, the MILE authors' code and scikit-learn-contrib ``bde`` on one split and budget.
+"""Peers side by side: numpyro_mile, the MILE authors' code and scikit-learn-contrib ``bde`` on UCI regression.
 
-UCI airfoil, K = 12 chains, 10,000 warmup + 2,000 sampling steps thinned 10 (200 draws per chain), seeds 1-3;
+UCI airfoil (``--data``: also energy, concrete, ...), K = 12 chains, 10,000 warmup + 2,000 sampling steps thinned 10 (200 draws per chain), seeds 1-3;
 the network of the paper (two hidden layers of 16, ReLU, a (mu, log sigma) head, standard-normal priors) and
 each implementation's deep ensemble (500 epochs at most, patience 10, AdamW 1e-3). Every implementation gets
 every core the way its documentation configures it (the authors' ``train.py -d``, ``bde``'s ``XLA_FLAGS``,
 NumPyro's ``set_host_device_count``) and keeps its progress bars. The split is the authors' (their loader:
 full-data standardisation, a permutation from the seed, 70/10/20); ``bde`` and numpyro_mile receive it as arrays.
+Every sampler conditions on the same training rows (70 %): the authors' and ours early-stop their ensembles on
+the split's validation rows; ``bde`` gets the training rows only and holds out as many of them (its
+``validation_split``) for its early stopping, as its documentation does.
 Each run is one fresh Python process, run one after another, never side by side, in the order authors, bde,
 ours, then ours again with ``progress_bar=False`` (a second row: what NumPyro's bar costs) per seed; ``benchmarks/_peer_drivers.py`` is what each process runs (it says what is timed).
 Two cross runs per seed locate an LPPD gap: the authors' tuning and sampling code from our deep ensemble (``authors-sampler``) and
 our MILE from the authors' ensemble (``ours-authors-ensemble``), each from the ensemble of the same seed's
-run in the same invocation; they are not timed against the others.
+run in the same invocation; they are not timed against the others. ``ours-resampled`` measures the noise floor:
+our MILE again from the ``ours`` run's ensemble with another key, so that its LPPD differs from ``ours``'s by
+the sampler's run-to-run noise alone.
 
 Neither peer is on the package index, and no third-party code enters this repository: the script takes paths
 to checkouts and gives each its own virtualenv under ``--venvs``, built once with its pinned requirements:
 the authors' ``poetry.lock`` through Poetry (``poetry install --no-root --with nlp``, as their README says,
-without the torch group that tabular runs do not import), and ``bde`` with its ``pyproject.toml`` under the
-versions its ``pixi.lock`` pins for the default Linux environment.
+without the torch group that tabular runs do not import), and ``bde`` either from the package index
+(``--bde pypi``: ``pip install sklearn-contrib-bde``, what its users install) or from a checkout with its
+``pyproject.toml`` under the versions its ``pixi.lock`` pins for the default Linux environment.
 
 Usage::
 
     git clone https://github.com/EmanuelSommer/MILE ~/src/MILE
     git clone https://github.com/scikit-learn-contrib/bde ~/src/bde
-    python benchmarks/peers.py --authors ~/src/MILE --bde ~/src/bde     # -> docs/benchmarks/peers.md, peers/results.csv
+    python benchmarks/peers.py --authors ~/src/MILE --bde pypi --data airfoil energy concrete
+                                                                        # -> docs/benchmarks/peers.md, peers/results.csv
     python benchmarks/peers.py --render-only                             # page from results.csv
 """
 
@@ -44,16 +51,20 @@ from _common import (ROOT, add_common_options, argument_parser, load_average, ma
 OUT = ROOT / "docs" / "benchmarks" / "peers"
 PAGE = ROOT / "docs" / "benchmarks" / "peers.md"
 DRIVER = Path(__file__).resolve().parent / "_peer_drivers.py"
-IMPLEMENTATIONS = ("authors", "bde", "ours", "ours-quiet", "authors-sampler", "ours-authors-ensemble")
+IMPLEMENTATIONS = ("authors", "bde", "ours", "ours-quiet", "authors-sampler", "ours-authors-ensemble",
+                   "ours-resampled")
 #: the users' runs, timed and compared; the others cross ensembles and samplers to locate an LPPD gap
 TIMED = IMPLEMENTATIONS[:4]
 LABELS = {"authors": "MILE authors' code", "bde": "scikit-learn-contrib bde", "ours": "numpyro_mile (README path)",
           "ours-quiet": "numpyro_mile, progress_bar=False (second row)",
           "authors-sampler": "the authors' tuning + sampling code from numpyro_mile's ensemble",
-          "ours-authors-ensemble": "numpyro_mile's MILE from the authors' ensemble"}
+          "ours-authors-ensemble": "numpyro_mile's MILE from the authors' ensemble",
+          "ours-resampled": "numpyro_mile's MILE again from its own ensemble, another key (noise floor)"}
 #: where a cross run takes its ensemble from: the run of that kind in the same invocation
-ENSEMBLE_OF = {"authors-sampler": "ours", "ours-authors-ensemble": "authors"}
-FIELDS = ["implementation", "seed", "chains", "warmup", "samples", "thinning", "devices", "process_wall",
+ENSEMBLE_OF = {"authors-sampler": "ours", "ours-authors-ensemble": "authors", "ours-resampled": "ours"}
+#: the key offset of ``ours-resampled``'s MILE run
+RESAMPLED_KEY_OFFSET = 1000
+FIELDS = ["data", "implementation", "seed", "chains", "warmup", "samples", "thinning", "devices", "process_wall",
           "fit_wall", "fit_cpu", "compile_s", "compiles", "ensemble_s", "sampler_s", "lppd", "rmse", "commit",
           "load_start", "load_end"]
 # the bde versions its pixi.lock pins in the default Linux environment (read from the lock, see bde_pins)
@@ -61,7 +72,9 @@ BDE_PINNED = ("jax", "jaxlib", "numpy", "scipy", "scikit-learn", "optax", "black
 
 
 # ============================================================================ environments
-def git_commit(checkout: Path) -> str:
+def git_commit(checkout) -> str:
+    if str(checkout) == "pypi":
+        return "pypi"
     return subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip() or "unknown"
 
@@ -87,8 +100,9 @@ def run_logged(cmd: list[str], log: Path, **kwargs) -> None:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True, **kwargs)
 
 
-def environment(kind: str, checkout: Path, venvs: Path) -> Path:
-    """The Python of ``kind``'s virtualenv for ``checkout``, built on first use (a marker records the commit)."""
+def environment(kind: str, checkout, venvs: Path) -> Path:
+    """The Python of ``kind``'s virtualenv for ``checkout`` (for bde also ``"pypi"``: the package index), built on
+    first use (a marker records the commit)."""
     commit = git_commit(checkout)
     venv = venvs / f"{kind}-{commit}"
     python = venv / "bin" / "python"
@@ -106,6 +120,8 @@ def environment(kind: str, checkout: Path, venvs: Path) -> Path:
         env = dict(os.environ, VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
         run_logged([str(poetry_venv / "bin" / "poetry"), "install", "--no-root", "--no-interaction", "--with", "nlp"],
                    log, cwd=checkout, env=env)
+    elif str(checkout) == "pypi":
+        run_logged([str(venv / "bin" / "pip"), "install", "sklearn-contrib-bde"], log)
     else:
         constraints = venvs / f"{kind}-{commit}-constraints.txt"
         constraints.write_text("\n".join(bde_pins(checkout)) + "\n")
@@ -137,6 +153,10 @@ def run_one(kind: str, python: Path, settings: dict, work: Path) -> dict:
         if kind == "authors-sampler":
             kind, args["init"] = "authors_sampler", str(source / "ensemble.npz")
             found = (source / "ensemble.npz").exists()
+        elif kind == "ours-resampled":
+            kind, args["init_npz"] = "ours", str(source / "ensemble.npz")
+            args["key_offset"] = RESAMPLED_KEY_OFFSET
+            found = (source / "ensemble.npz").exists()
         else:
             kind = "ours"
             args["init_from"] = str(source / "results" / f"mclmc_seed{settings['seed']}" / "warmstart")
@@ -157,7 +177,7 @@ def run_one(kind: str, python: Path, settings: dict, work: Path) -> dict:
         return {}
     result = json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1][len("RESULT "):])
     lppd_value, rmse_value = score(work / "predictions.npz")
-    return {**{k: settings[k] for k in ("seed", "chains", "warmup", "samples", "thinning", "devices")},
+    return {**{k: settings[k] for k in ("data", "seed", "chains", "warmup", "samples", "thinning", "devices")},
             "implementation": label, "process_wall": wall, **result, "lppd": lppd_value, "rmse": rmse_value,
             "load_start": load_start, "load_end": load_average()}
 
@@ -168,11 +188,95 @@ def mean(values) -> float:
     return statistics.fmean(values) if values else float("nan")
 
 
+def data_of(row: dict) -> str:
+    return row.get("data") or "airfoil"  # rows of the single-data-set page, before --data
+
+
 def render(rows: list[dict], out: Path) -> str:
+    names = list(dict.fromkeys(data_of(r) for r in rows))
+    first = rows[0]
+    loads = [float(r["load_start"]) for r in rows] + [float(r["load_end"]) for r in rows]
+    lines = [
+        "# Peers side by side: numpyro_mile, the MILE authors' code, scikit-learn-contrib bde",
+        "",
+        "Generated by `python benchmarks/peers.py --authors MILE-CHECKOUT --bde pypi --data "
+        + " ".join(names) + "` (see its docstring; `--only KIND` reruns one implementation, `--render-only` rewrites "
+        "this page; results in "
+        f"`{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}/results.csv`).",
+        "",
+        f"UCI {', '.join(names)}, the authors' split per seed (70/10/20, full-data standardisation), K = "
+        f"{first['chains']} chains, {int(first['warmup']):,} warmup + {int(first['samples']):,} steps thinned "
+        f"{first['thinning']} ({int(first['samples']) // int(first['thinning'])} draws per chain), {first['devices']} "
+        "devices (every core), progress bars as each implementation defaults. Each run is a fresh process; times are "
+        "seconds from the process's first line (before JAX is imported) until the posterior draws are in memory: "
+        "what a user waits for, imports, ensemble training and compilation included. `compile` is the trace + lower "
+        "+ XLA compile time JAX reports (`jax.monitoring`), part of the wall time; `ensemble` and `sampler` are the "
+        "implementation's own split where it has one (the authors' `time.warmstart` / `time.sampling` log lines; "
+        "for bde and numpyro_mile measured around their ensemble fit), both including their compilation. LPPD and "
+        "RMSE on the test rows (standardised units) are computed by the same code for all from each "
+        f"implementation's predictive draws (all {first['chains']} x "
+        f"{int(first['samples']) // int(first['thinning'])}).",
+        "",
+        "Rows: every sampler conditions on the same training rows (70 % of the data). The authors' code and "
+        "numpyro_mile early-stop their ensembles on the split's validation rows (10 %); bde, given the training rows "
+        "as a user gives it data, holds out as many of them for its ensemble's early stopping (its "
+        "`validation_split`), so its members train on fewer rows. Rows measured before this rule (bde fitted on "
+        "training + validation rows) are marked where they remain.",
+        "",
+        *summary(rows, names),
+    ]
+    for name in names:
+        lines += ["", f"## {name}", "", *section([r for r in rows if data_of(r) == name])]
+    lines += [
+        "",
+        "Environments: each peer in its own virtualenv (the authors' `poetry.lock`: JAX 0.4.28, BlackJAX 1.2.2; bde "
+        "from the package index, `sklearn-contrib-bde`, or from a checkout under its `pixi.lock` pins); commits: "
+        + ", ".join(sorted({f"{r['implementation']} {r['commit']}" for r in rows})) + ".",
+        "",
+        *machine_lines(),
+        f"- load average (1 min) over the runs: {min(loads):.2f} - {max(loads):.2f}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def summary(rows: list[dict], names: list[str]) -> list[str]:
+    """Test LPPD per data set, mean over seeds, for each implementation, and whether ours is at least each peer's
+    or within the noise floor (our sampler again from the same ensemble: the mean absolute LPPD difference)."""
+    table, verdicts = [], []
+    kinds = [k for k in ("ours", "authors", "bde", "ours-resampled") if any(r["implementation"] == k for r in rows)]
+    for name in names:
+        group = [r for r in rows if data_of(r) == name]
+        by = {(r["implementation"], int(r["seed"])): r for r in group}
+        seeds = sorted({int(r["seed"]) for r in group})
+        table.append([name, *(f"{mean(by[(k, s)]['lppd'] for s in seeds if (k, s) in by):.3f}" for k in kinds)])
+        floor = [abs(float(by[("ours", s)]["lppd"]) - float(by[("ours-resampled", s)]["lppd"])) for s in seeds
+                 if ("ours", s) in by and ("ours-resampled", s) in by]
+        ours = [s for s in seeds if ("ours", s) in by]
+        for peer in ("authors", "bde"):
+            common = [s for s in ours if (peer, s) in by]
+            if not common:
+                continue
+            gap = mean(float(by[("ours", s)]["lppd"]) - float(by[(peer, s)]["lppd"]) for s in common)
+            noise = f"{statistics.fmean(floor):.3f}" if floor else "not measured"
+            if gap >= 0:
+                word = "at least"
+            elif floor and -gap <= statistics.fmean(floor):
+                word = "below, within the noise floor"
+            else:
+                word = "below, beyond the noise floor"
+            verdicts.append(f"- {name}, against {LABELS[peer]}: ours {gap:+.3f} on the mean over seeds "
+                            f"{', '.join(map(str, common))} ({word}; noise floor {noise})")
+    return ["Test LPPD, mean over seeds (the target: ours at least each peer's on every data set, or within the "
+            "noise floor with the cause of the gap named: see each data set's cross runs):", "",
+            *markdown_table(["data", *(LABELS[k] for k in kinds)], table, "l" + "r" * len(kinds), compact=True),
+            "", *verdicts]
+
+
+def section(rows: list[dict]) -> list[str]:
+    """One data set's tables: timed runs per seed, ratios, verdict, reading (progress bar, cross runs, floor)."""
     seeds = sorted({int(r["seed"]) for r in rows})
     by = {(r["implementation"], int(r["seed"])): r for r in rows}
     present = [k for k in TIMED if any(r["implementation"] == k for r in rows)]
-    first = rows[0]
     table = []
     for kind in present:
         runs = [by[(kind, s)] for s in seeds if (kind, s) in by]
@@ -194,27 +298,7 @@ def render(rows: list[dict], out: Path) -> str:
             ratio_rows.append([LABELS[mine], LABELS[kind], ", ".join(f"{w:.2f}" for w in wall),
                                f"{statistics.fmean(wall):.2f}", f"{statistics.fmean(sampler):.2f}",
                                ", ".join(f"{d:+.3f}" for d in dlppd)])
-    loads = [float(r["load_start"]) for r in rows] + [float(r["load_end"]) for r in rows]
-    lines = [
-        "# Peers side by side: numpyro_mile, the MILE authors' code, scikit-learn-contrib bde",
-        "",
-        "Generated by `python benchmarks/peers.py --authors MILE-CHECKOUT --bde BDE-CHECKOUT` (see its docstring; "
-        "`--only KIND` reruns one implementation, `--render-only` rewrites this page; results in "
-        f"`{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}/results.csv`).",
-        "",
-        f"UCI airfoil, the authors' split per seed (70/10/20, full-data standardisation), K = {first['chains']} chains, "
-        f"{int(first['warmup']):,} warmup + {int(first['samples']):,} steps thinned {first['thinning']} "
-        f"({int(first['samples']) // int(first['thinning'])} draws per chain), {first['devices']} devices (every core), "
-        "progress bars as each implementation defaults. Each run is a fresh process; times are seconds from the "
-        "process's first line (before JAX is imported) until the posterior draws are in memory: what a user "
-        "waits for, imports, ensemble training and compilation included. `compile` is the trace + lower + XLA "
-        "compile time JAX reports (`jax.monitoring`), part of the wall time; `ensemble` and `sampler` are the "
-        "implementation's own split where it has one (the authors' `time.warmstart` / `time.sampling` log lines; "
-        "for bde and numpyro_mile measured around their ensemble fit), both including their compilation. LPPD and "
-        "RMSE on the test rows (standardised units) are computed by the same code for all from each "
-        "implementation's predictive draws "
-        f"(all {first['chains']} x {int(first['samples']) // int(first['thinning'])}).",
-        "",
+    return [
         *markdown_table(["implementation", "seed", "wall s", "CPU s", "compile s", "ensemble s", "sampler s",
                          "test LPPD", "test RMSE", "process wall s"], table, "llrrrrrrrr", compact=True),
         "",
@@ -227,15 +311,7 @@ def render(rows: list[dict], out: Path) -> str:
         *verdict(ratio_rows),
         "",
         *reading(by, seeds),
-        "",
-        "Environments: each peer in its own virtualenv with its pinned requirements (the authors' `poetry.lock`: "
-        "JAX 0.4.28, BlackJAX 1.2.2; bde: its `pixi.lock` default environment: JAX 0.7.1, BlackJAX 1.2.2); "
-        "commits: " + ", ".join(sorted({f"{r['implementation']} {r['commit']}" for r in rows})) + ".",
-        "",
-        *machine_lines(),
-        f"- load average (1 min) over the runs: {min(loads):.2f} - {max(loads):.2f}",
     ]
-    return "\n".join(lines) + "\n"
 
 
 def reading(by: dict, seeds: list[int]) -> list[str]:
@@ -253,6 +329,12 @@ def reading(by: dict, seeds: list[int]) -> list[str]:
     peers = [k for k in ("authors", "bde") if any((k, s) in by for s in seeds)]
     gaps = [float(by[("ours", s)]["lppd"]) - float(by[(k, s)]["lppd"]) for k in peers for s in seeds
             if ("ours", s) in by and (k, s) in by]
+    floor = [(s, float(by[("ours", s)]["lppd"]), float(by[("ours-resampled", s)]["lppd"])) for s in seeds
+             if ("ours", s) in by and ("ours-resampled", s) in by]
+    if floor:
+        lines += ["", "Noise floor: our MILE run again from the same ensemble with another key gives test LPPD "
+                  + ", ".join(f"{b:.3f} against {a:.3f} (seed {s})" for s, a, b in floor)
+                  + f": a mean absolute difference of {statistics.fmean(abs(a - b) for _, a, b in floor):.3f}."]
     crossed = cross_table(by, seeds)
     if crossed:
         lines += ["", *crossed]
@@ -311,12 +393,23 @@ def verdict(ratio_rows: list[list]) -> list[str]:
             + f" (means over seeds); our test LPPD is {'at least equal' if lppd_gap >= 0 else 'lower, by up to ' + format(-lppd_gap, '.3f')}."]
 
 
+def save(results: Path, rows: list[dict]) -> None:
+    """``rows`` into ``results``, replacing the rows of the same data set, implementation and seed."""
+    results.parent.mkdir(parents=True, exist_ok=True)
+    new = {(data_of(r), r["implementation"], int(r["seed"])) for r in rows}
+    old = [{**r, "data": data_of(r)} for r in read_csv(results, missing_ok=True)
+           if (data_of(r), r["implementation"], int(r["seed"])) not in new]
+    write_csv(results, old + rows, FIELDS, float_format=".6g")
+
+
 def main(argv=None) -> None:
     parser = argument_parser(__doc__)
     add_common_options(parser, out_dir=OUT, output=PAGE, no_write="print the page only",
                        render_only="rewrite the page from results.csv")
     parser.add_argument("--authors", type=Path, help="checkout of github.com/EmanuelSommer/MILE")
-    parser.add_argument("--bde", type=Path, help="checkout of github.com/scikit-learn-contrib/bde")
+    parser.add_argument("--bde", help="'pypi' (the package index, sklearn-contrib-bde) or a checkout of "
+                        "github.com/scikit-learn-contrib/bde")
+    parser.add_argument("--data", nargs="+", default=["airfoil"], help="UCI data sets of the authors' data/ folder")
     parser.add_argument("--venvs", type=Path, default=Path.home() / ".cache" / "numpyro_mile" / "peers",
                         help="where the peers' virtualenvs are built (once per checkout commit)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -340,29 +433,30 @@ def main(argv=None) -> None:
         pythons["authors-sampler"] = pythons["authors"]
         pythons["split"] = pythons["authors"]
         checkouts = {"authors": args.authors, "bde": args.bde, "ours": ROOT, "ours-quiet": ROOT,
-                     "authors-sampler": args.authors, "ours-authors-ensemble": ROOT}
+                     "authors-sampler": args.authors, "ours-authors-ensemble": ROOT, "ours-resampled": ROOT}
+        pythons["ours-resampled"] = Path(sys.executable)
         if "bde" in args.only:
             if args.bde is None:
                 parser.error("--bde CHECKOUT is needed (or leave bde out with --only)")
             pythons["bde"] = environment("bde", args.bde, args.venvs)
         rows = []
         with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
-            for seed in args.seeds:
-                settings = dict(seed=seed, chains=args.chains, warmup=args.warmup, samples=args.samples,
-                                thinning=args.thinning, devices=args.devices, checkout=str(args.authors.resolve()),
-                                split=str(Path(tmp) / f"seed{seed}" / "split" / "split.npz"))
-                run_one("split", pythons["split"], settings, Path(tmp) / f"seed{seed}" / "split")
-                for kind in (k for k in IMPLEMENTATIONS if k in args.only):
-                    row = run_one(kind, pythons[kind], settings, Path(tmp) / f"seed{seed}" / kind)
-                    row["commit"] = git_commit(checkouts[kind])
-                    rows.append(row)
-                    print(f"seed {seed} {kind}: wall {row['fit_wall']:.1f} s, compile {row['compile_s']:.1f} s, "
-                          f"LPPD {row['lppd']:.3f}, RMSE {row['rmse']:.3f}", file=sys.stderr, flush=True)
-        if not args.no_write:
-            out.mkdir(parents=True, exist_ok=True)
-            old = [r for r in read_csv(results, missing_ok=True)
-                   if (r["implementation"], int(r["seed"])) not in {(r2["implementation"], r2["seed"]) for r2 in rows}]
-            write_csv(results, old + rows, FIELDS, float_format=".6g")
+            for name in args.data:
+                for seed in args.seeds:
+                    work = Path(tmp) / name / f"seed{seed}"
+                    settings = dict(data=name, seed=seed, chains=args.chains, warmup=args.warmup,
+                                    samples=args.samples, thinning=args.thinning, devices=args.devices,
+                                    checkout=str(args.authors.resolve()), split=str(work / "split" / "split.npz"))
+                    run_one("split", pythons["split"], settings, work / "split")
+                    for kind in (k for k in IMPLEMENTATIONS if k in args.only):
+                        row = run_one(kind, pythons[kind], settings, work / kind)
+                        row["commit"] = git_commit(checkouts[kind])
+                        rows.append(row)
+                        print(f"{name} seed {seed} {kind}: wall {row['fit_wall']:.1f} s, compile "
+                              f"{row['compile_s']:.1f} s, LPPD {row['lppd']:.3f}, RMSE {row['rmse']:.3f}",
+                              file=sys.stderr, flush=True)
+                        if not args.no_write:  # after every run: an interrupted invocation keeps what it measured
+                            save(results, [row])
         text = render(read_csv(results) if not args.no_write else
                       [{k: str(v) for k, v in r.items()} for r in rows], out)
     print(text)

@@ -65,3 +65,19 @@ def test_cross_runs_say_whether_the_ensemble_or_the_sampler_makes_the_lppd_gap()
     assert "Our sampler minus theirs, from the same ensemble: -0.020 on average" in page
     assert "our ensemble minus theirs, under the same sampler: -0.060" in page
     assert "authors' tuning + sampling code" not in page.split("Where the LPPD gap")[0]  # not a timed row
+
+
+def test_page_has_a_section_per_data_set_and_a_verdict_against_the_noise_floor():
+    """Rows of two data sets: a summary of mean test LPPD per data set, and per peer whether ours is at least
+    theirs, below within the noise floor (our sampler again from the same ensemble), or below beyond it."""
+    rows = []
+    for data, ours, authors, resampled in (("airfoil", 0.55, 0.56, 0.57), ("energy", 1.60, 1.50, 1.61)):
+        for s in (1, 2):
+            rows += [{**row("ours", s, 20.0, ours), "data": data}, {**row("authors", s, 100.0, authors), "data": data},
+                     {**row("ours-resampled", s, 20.0, resampled), "data": data}]
+    page = peers.render(rows, peers.OUT)
+    assert "## airfoil" in page and "## energy" in page
+    assert "- airfoil, against MILE authors' code: ours -0.010 on the mean over seeds 1, 2 (below, within the noise " \
+           "floor; noise floor 0.020)" in page
+    assert "- energy, against MILE authors' code: ours +0.100 on the mean over seeds 1, 2 (at least" in page
+    assert "a mean absolute difference of 0.020" in page
