@@ -260,7 +260,7 @@ def fit_members(
     validation=0.1,
     validation_seed: int = 0,
     plate_name: str | None = None,
-    early_stopping: str = "best",
+    early_stopping: str = "mile",
     progress_bar: bool = True,
     trace: dict | None = None,
 ) -> DeepEnsemble:
@@ -408,7 +408,7 @@ def deep_ensemble(
     validation=0.1,
     validation_seed: int = 0,
     plate_name: str | None = None,
-    early_stopping: str = "best",
+    early_stopping: str = "mile",
     progress_bar: bool = True,
     **model_kwargs,
 ) -> DeepEnsemble:
@@ -435,11 +435,13 @@ def deep_ensemble(
         ``None`` for no early stopping (``max_epochs`` epochs, final parameters).
     :param plate_name: the plate that holds the observations; default ``"data"`` when the model
         has such a plate, else the one plate shared by all observed sites.
-    :param early_stopping: ``"best"`` (default): stop when the validation NLL has not improved on
-        its best for ``patience`` epochs and return the best parameters. ``"mile"``: the MILE
-        reference code's rule: stop when each of the last ``patience`` validation losses is >=
-        the loss just before them (``patience`` epochs before the current one), or the loss is not
-        finite, and return the final (last finite) parameters.
+    :param early_stopping: ``"mile"`` (default): the MILE reference code's rule: stop when each of
+        the last ``patience`` validation losses is >= the loss just before them (``patience`` epochs
+        before the current one), or the loss is not finite, and return the final (last finite)
+        parameters. ``"best"``: stop when the validation NLL has not improved on its best for
+        ``patience`` epochs and return the best parameters (MILE's test LPPD after either was the same
+        within noise on four real data sets, the reference's rule ahead on 7 of 11 splits:
+        ``docs/methods/mile.md``).
     :param progress_bar: show a tqdm bar over epochs (off when ``$CI`` is set).
     :param model_kwargs: keyword arguments of the model (e.g. ``hidden=(16, 16)``).
     :return: a :class:`DeepEnsemble`.

@@ -26,7 +26,7 @@ def test_early_stopping_and_validation_args():
     X, y = toy_regression(120, seed=3)
     X_val, y_val = toy_regression(40, seed=4)
     de = deep_ensemble(mlp_regression, jax.random.PRNGKey(1), 2, X, y, validation=(X_val, y_val), patience=3,
-                       max_epochs=400, progress_bar=False, hidden=(8,))
+                       max_epochs=400, progress_bar=False, hidden=(8,), early_stopping="best")
     assert np.all(de.num_epochs < 400)  # stopped early
     best = np.nanmin(de.val_loss, axis=1)
     np.testing.assert_allclose(de.best_val_loss, best, rtol=1e-6)
@@ -57,10 +57,10 @@ def test_model_that_does_not_index_its_data_trains_full_batch_with_a_warning():
     np.testing.assert_allclose(np.asarray(de.samples["b"]), w_ls[1], atol=0.02)
 
 
-def test_mile_early_stopping_rule_stops_as_the_reference_and_keeps_the_final_parameters():
+def test_default_early_stopping_stops_as_the_reference_and_keeps_the_final_parameters():
     X, y = toy_regression(200, seed=3)
     de = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), 3, X, y, hidden=(16,), max_epochs=400,
-                       patience=5, early_stopping="mile", progress_bar=False, optimizer=optax.adam(0.02))
+                       patience=5, progress_bar=False, optimizer=optax.adam(0.02))  # the default: the reference's
     val = np.asarray(de.val_loss)
     for k in range(3):
         epochs = int(de.num_epochs[k])
@@ -69,9 +69,9 @@ def test_mile_early_stopping_rule_stops_as_the_reference_and_keeps_the_final_par
         stop = [e for e in range(5, epochs) if np.all(curve[e - 4: e + 1] >= curve[e - 5])]
         assert epochs < 400 and stop == [epochs - 1], (k, epochs, stop)  # first epoch where the rule fires
         assert de.best_val_loss[k] == pytest.approx(curve[-1], rel=1e-6)  # final, not best, parameters
-    # the default rule keeps the best parameters instead
+    # "best" keeps the best parameters instead
     best = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), 3, X, y, hidden=(16,), max_epochs=400,
-                         patience=5, progress_bar=False, optimizer=optax.adam(0.02))
+                         patience=5, progress_bar=False, optimizer=optax.adam(0.02), early_stopping="best")
     np.testing.assert_allclose(best.best_val_loss, np.nanmin(np.asarray(best.val_loss), axis=1), rtol=1e-6)
     with pytest.raises(ValueError, match="early_stopping must be one of"):
         deep_ensemble(mlp_regression, jax.random.PRNGKey(0), 1, X, y, early_stopping="patience")

@@ -6,13 +6,13 @@ trained inside ``init`` (one member per chain, 10 % of the training rows held ou
 posterior predictive on the test rows with that of the ensemble MILE started from (``kernel.ensembles[0]``):
 
 - test LPPD: MILE's above the ensemble's, on the mean over the seeds (one seed can go either way on a test set
-  of 60-120 rows: breast cancer, seed 1, -0.081 against -0.057 measured, while seed 2 gives -0.119 against -0.181);
+  of 60-120 rows: breast cancer, seed 1, -0.078 against -0.056 measured, while seed 2 gives -0.120 against -0.188);
 - RMSE of the predictive mean (regression) no more than 5 % above the ensemble's, accuracy (classification) at
   least 95 % of it, on every seed.
 
 The budget (2,000 warmup + 1,000 sampling steps, 4 chains, thinning 10) is a CI budget, 1/30 of the paper's;
-MILE's margins at it, measured with these seeds (LPPD MILE - DE): diabetes +0.11 / +0.06, yacht +1.8 / +2.5,
-breast cancer -0.024 / +0.062, ionosphere +0.072 / +0.022. Data: scikit-learn's diabetes and breast cancer
+MILE's margins at it, measured with these seeds (LPPD MILE - DE): diabetes +0.13 / +0.12, yacht +1.8 / +2.5,
+breast cancer -0.021 / +0.068, ionosphere +0.095 / +0.021. Data: scikit-learn's diabetes and breast cancer
 (shipped with it), UCI yacht and ionosphere from ``../shared/data/uci`` or ``$NUMPYRO_MILE_DATA`` (skipped
 when absent).
 """
