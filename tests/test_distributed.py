@@ -49,7 +49,7 @@ y = X @ jnp.array([1.0, -0.5]) + 0.3 + 0.5 * jnp.asarray(rng.normal(size=40), jn
 def kernel(name, pretrain_epochs=None, shard_chains=None):
     from numpyro_mile import ICSGLD, MILE, SGLD, SMILE
     if name == "mile":
-        return MILE(linreg, phase_split=(0.4, 0.1, 0.5), shard_chains=shard_chains,
+        return MILE(linreg, phase_split=(0.4, 0.1, 0.5), shard_chains=shard_chains, ess_num_coords=2,
                     ensemble_options=dict(max_epochs=pretrain_epochs or 1, progress_bar=False))
     if name == "sgld":
         return SGLD(linreg, 1e-3)

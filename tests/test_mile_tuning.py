@@ -11,9 +11,11 @@ import pytest
 from blackjax.diagnostics import effective_sample_size
 from numpyro.infer import MCMC
 
+from _mile_phases import phase3_positions, reference_ess, run_to_phase3
 from numpyro_mile import MILE
 from numpyro_mile.kernels import _mclmc as mclmc
 from numpyro_mile.kernels import _mile_tuning as adaptation
+from numpyro_mile.kernels._mile_cost import ESS_WORK_FACTOR
 
 
 # ---------------------------------------------------------------------------------------------- target schedule
@@ -88,8 +90,9 @@ def test_phase3_stores_what_the_reference_stores():
     stored = stored[2:-2]
     assert np.array_equal(np.flatnonzero(stored), steps) and np.array_equal(slot[stored], np.arange(10_000))
     assert adaptation.make_schedule(5000, max_stored_samples=100).num_stored == 100
-    with pytest.raises(ValueError, match="max_stored_samples"):
-        adaptation.make_schedule(1000, max_stored_samples=0)
+    for too_few in (0, 1, 9):  # one position divided by zero in the equally spaced steps
+        with pytest.raises(ValueError, match="max_stored_samples must be at least 10"):
+            adaptation.make_schedule(1000, max_stored_samples=too_few)
 
 
 def test_cost_estimate_counts_the_phase3_positions():
@@ -101,29 +104,11 @@ def test_cost_estimate_counts_the_phase3_positions():
     assert adaptation.make_schedule(200_000).num_stored == 10_000  # n3 = 20,000
     assert cost.state_bytes == 3 * 4 * 5 * 40  # position, momentum, gradient, Phase II moments
     assert cost.phase3_bytes == 3 * 4 * 10_000 * 40  # every coordinate is stored, during the Phase III step
-    assert cost.predicted_bytes == cost.data_bytes + cost.state_bytes + cost.phase3_bytes  # above 300 draws
-
-
-def run_to_phase3(kernel, num_warmup, num_chains, *model_args, seed=0, **model_kwargs):
-    """``kernel``'s vectorized chains stepped by its own compiled step up to the first Phase III step, as NumPyro
-    steps them: ``(state, step)`` with ``state.i == n1 + n2`` and ``step`` the jitted ``state -> state``."""
-    keys = jax.random.split(jax.random.PRNGKey(seed), num_chains)
-    state = kernel.init(keys, num_warmup, model_args=model_args, model_kwargs=model_kwargs)
-    potential_fn = kernel._potential_fn_gen(*model_args, **model_kwargs)
-    advance = jax.jit(lambda s, n: jax.lax.fori_loop(0, n, lambda _, x: kernel.step_fn(x, potential_fn), s))
-    schedule = kernel._config.schedule
-    state = advance(state, schedule.num_phase1 + schedule.num_phase2)
-    return state, lambda s: advance(s, 1), potential_fn
-
-
-def phase3_positions(kernel, state, potential_fn):
-    """What :func:`~numpyro_mile.kernels.mile.phase3` stores from ``state`` (at the first Phase III step), and the
-    state after it."""
-    from numpyro_mile.kernels.mile import _STATE_AXES, chain_move, over_chains, phase3
-
-    move = over_chains(lambda s: chain_move(s, potential_fn), _STATE_AXES, True)
-    done, samples = jax.jit(lambda s: phase3(s, move, kernel._config))(state)
-    return done, np.asarray(samples)
+    # the positions, one chain's ESS work space at a time, and the draws NumPyro allocated before warmup
+    draws = 3 * 100 * 40 * 4
+    assert cost.sample_bytes == draws
+    assert cost.predicted_bytes == pytest.approx(
+        cost.data_bytes + cost.state_bytes + cost.phase3_bytes * (1 + ESS_WORK_FACTOR / 3) + draws, abs=1)
 
 
 def test_default_L_is_the_reference_statistic_on_a_bnn():
@@ -140,7 +125,7 @@ def test_default_L_is_the_reference_statistic_on_a_bnn():
     kernel = MILE(mlp_regression, ensemble_options=dict(progress_bar=False, max_epochs=50))
     start, step, potential_fn = run_to_phase3(kernel, num_warmup, chains, X, y, hidden=(8, 8))
     schedule = kernel._config.schedule
-    assert kernel._config.coords is None and schedule.num_stored == schedule.num_phase3 == 300
+    assert kernel._config.num_coords is None and schedule.num_stored == schedule.num_phase3 == 300
     # the step at the first Phase III step runs Phase III (and counts one step); the next ones only count
     after = step(start)
     assert int(after.i) == int(start.i) + 1
@@ -168,9 +153,36 @@ def test_default_L_is_the_reference_statistic_on_a_bnn():
         assert float(after.L[chain]) != pytest.approx(float(start.L[chain]), rel=0.02)  # not the Phase II L
 
 
+def test_a_subset_of_coordinates_is_drawn_per_chain_as_the_reference_does():
+    """Above ``ess_num_coords`` coordinates each chain stores its own random subset (drawn from its key, as the
+    reference code draws one per chain), and its L is the reference statistic over those coordinates."""
+    from numpyro_mile.datasets import toy_regression
+    from numpyro_mile.kernels.mile import phase3_coords
+    from numpyro_mile.models import mlp_regression
+
+    X, y = toy_regression(100, seed=0)
+    chains, num_coords = 3, 20
+    kernel = MILE(mlp_regression, ess_num_coords=num_coords, ensemble_options=dict(progress_bar=False, max_epochs=50))
+    start, step, potential_fn = run_to_phase3(kernel, 2000, chains, X, y, hidden=(8, 8))
+    assert kernel._config.num_coords == num_coords
+    after = step(start)
+    done, samples = phase3_positions(kernel, start, potential_fn)
+    assert samples.shape == (chains, kernel._config.schedule.num_stored, num_coords)
+    full = MILE(mlp_regression, ensemble_options=dict(progress_bar=False, max_epochs=50))
+    _, everything = phase3_positions(full, *run_to_phase3(full, 2000, chains, X, y, hidden=(8, 8))[::2])
+    coords = [np.asarray(phase3_coords(start.rng_key[c], 106, num_coords)) for c in range(chains)]
+    assert len({tuple(c) for c in coords}) == chains  # not one subset shared by all chains
+    for chain in range(chains):
+        assert len(set(coords[chain])) == num_coords
+        np.testing.assert_allclose(samples[chain], everything[chain][:, coords[chain]], rtol=1e-6, atol=1e-7)
+        reference = 0.4 * float(start.step_size[chain]) * _phase3_taus(samples[chain]).mean()
+        assert float(after.L[chain]) == pytest.approx(reference, rel=1e-3), chain
+
+
 def _phase3_taus(positions):
-    """``n / ESS`` of every coordinate of one chain's Phase III positions ``(n, d)``, as the reference computes it."""
-    ess = np.asarray(effective_sample_size(jnp.asarray(positions)[None]))
+    """``n / ESS`` of every coordinate of one chain's Phase III positions ``(n, d)``, as the reference computes it
+    (in float64 here)."""
+    ess = reference_ess(positions)
     assert np.all(np.isfinite(ess) & (ess > 0))
     return positions.shape[0] / ess
 

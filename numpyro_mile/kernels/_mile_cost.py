@@ -23,6 +23,11 @@ from ._mile_tuning import make_schedule
 __all__ = ["CostEstimate", "estimate_cost", "num_grad_evals"]
 
 
+#: XLA's work space of the FFT-based ESS of one chain's Phase III positions, in units of those positions (4.75-4.78
+#: by XLA's memory analysis of the compiled ESS at 300-10,000 positions x 40-2,000 coordinates, float32)
+ESS_WORK_FACTOR = 4.8
+
+
 class CostEstimate(NamedTuple):
     """Predicted cost of a MILE run (pretraining and compilation excluded) and its memory.
 
@@ -43,10 +48,11 @@ class CostEstimate(NamedTuple):
         constrained values of one draw (latent and deterministic sites), in the storage dtype.
     :ivar data_bytes: the array model arguments. (The state carries them through the sampling
         loop as JAX arrays: JAX inputs are shared, NumPy inputs are copied once to the device.)
-    :ivar predicted_bytes: ``data_bytes + state_bytes +`` the larger of ``phase3_bytes`` and the draws
-        held at once: all of them, or one chunk with ``chunk_size`` (:func:`numpyro_mile.run_chunked`).
-        ``MCMC.run`` also makes transient copies of its draws (see ``docs/benchmarks/long_runs.md``), and
-        the ESS of Phase III works on one chain at a time (about 8x that chain's positions).
+    :ivar predicted_bytes: ``data_bytes + state_bytes + phase3_bytes +`` the ESS's work space (it runs on one
+        chain at a time, per device: :data:`ESS_WORK_FACTOR` times that chain's positions) ``+`` the draws held
+        at once: all of them, or one chunk with ``chunk_size`` (:func:`numpyro_mile.run_chunked`); NumPyro
+        allocates the draws before warmup, so both are held during Phase III. ``MCMC.run`` also makes transient
+        copies of its draws (see ``docs/benchmarks/long_runs.md``).
     :ivar method: ``"step"`` or ``"gradient"``.
     """
 
@@ -146,5 +152,6 @@ def estimate_cost(kernel, rng_key, *model_args, num_warmup: int, num_samples: in
     return CostEstimate(
         num_grad_evals(num_warmup, num_samples, num_chains), wall, wall * num_steps, cpu, cpu * num_steps,
         compile_seconds, dim, int(state_bytes), int(num_chains * num_draws * per_draw), int(data_bytes),
-        int(data_bytes + state_bytes + max(phase3_bytes, num_chains * held * per_draw)), method, int(phase3_bytes))
+        int(data_bytes + state_bytes + phase3_bytes + ESS_WORK_FACTOR * phase3_bytes / num_chains
+            + num_chains * held * per_draw), method, int(phase3_bytes))
 

@@ -100,6 +100,8 @@ EXPONENTIAL_ABOVE = 2.0
 #: (equally spaced ones above)
 REFERENCE_ESS_COORDS = 2000
 REFERENCE_STORED_SAMPLES = 10_000
+#: the fewest Phase III positions ``max_stored_samples`` may ask for
+MIN_STORED_SAMPLES = 10
 
 
 def make_schedule(
@@ -120,8 +122,9 @@ def make_schedule(
     """
     if target_schedule not in TARGET_SCHEDULES:
         raise ValueError(f"target_schedule must be one of {TARGET_SCHEDULES}, got {target_schedule!r}.")
-    if int(max_stored_samples) < 1:
-        raise ValueError(f"max_stored_samples must be at least 1, got {max_stored_samples}.")
+    if int(max_stored_samples) < MIN_STORED_SAMPLES:
+        raise ValueError(f"max_stored_samples must be at least {MIN_STORED_SAMPLES} (the ESS of fewer positions is "
+                         f"noise, and equally spaced steps need two), got {max_stored_samples}.")
     if len(phase_split) != 3 or min(phase_split) < 0 or abs(sum(phase_split) - 1.0) > 1e-6:
         raise ValueError(f"phase_split must be three non-negative fractions summing to 1, got {phase_split}.")
     n1 = int(round(phase_split[0] * num_warmup))

@@ -147,7 +147,8 @@ class MILEConfig(NamedTuple):
     """Settings of one MILE run, fixed when ``init`` runs.
 
     :ivar schedule: the tuning phases and their settings (:class:`~numpyro_mile.kernels._mile_tuning.Schedule`).
-    :ivar coords: indices of the flattened coordinates stored in Phase III for the ESS (``None``: all).
+    :ivar num_coords: how many flattened coordinates of each chain Phase III stores for the ESS (``None``: all;
+        otherwise a random subset of this size per chain, drawn from the chain's key at Phase III).
     :ivar batched: whether the state holds all chains (``vectorized``) or one.
     :ivar num_warmup: tuning steps.
     :ivar mesh: the one-axis device mesh the chains are sharded over (``None``: not sharded); the
@@ -157,7 +158,7 @@ class MILEConfig(NamedTuple):
     """
 
     schedule: tuning.Schedule
-    coords: np.ndarray | None
+    num_coords: int | None
     batched: bool
     num_warmup: int
     mesh: jax.sharding.Mesh | None = None
@@ -194,8 +195,9 @@ def chain_tune(state: MILEState, moved: MILEState, schedule: tuning.Schedule) ->
 
 def phase3(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILEState, jax.Array]:
     """Phase III of every chain in ``state``, all of it: ``num_phase3`` moves with the chain's step size and Phase
-    II L in one compiled loop, their positions stored as the reference code stores them (the coordinates
-    ``config.coords``, the steps :func:`~numpyro_mile.kernels._mile_tuning.stored_steps`), then L from their ESS.
+    II L in one compiled loop, their positions stored as the reference code stores them (every coordinate, or a
+    random subset of ``config.num_coords`` per chain; the steps :func:`~numpyro_mile.kernels._mile_tuning.stored_steps`),
+    then L from their ESS.
 
     The positions exist only inside this loop: MILE's step runs it at the first Phase III step and leaves the
     chain where it ends for the remaining Phase III steps, so that no buffer of positions rides in the state
@@ -209,8 +211,13 @@ def phase3(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILESt
     schedule = config.schedule
     flatten = (lambda p: ravel_pytree(p)[0]) if not config.batched else jax.vmap(lambda p: ravel_pytree(p)[0])
     flat = flatten(state.dynamics.position)
-    width = flat.shape[-1] if config.coords is None else len(config.coords)
-    samples = jnp.zeros(flat.shape[:-1] + (schedule.num_stored, width), flat.dtype)
+    if config.num_coords is None:
+        subset = lambda flat: flat  # noqa: E731
+    else:  # each chain its own coordinates, as the reference code draws them
+        pick = lambda key: phase3_coords(key, flat.shape[-1], config.num_coords)  # noqa: E731
+        coords = pick(state.rng_key) if not config.batched else jax.vmap(pick)(state.rng_key)
+        subset = lambda flat: jnp.take_along_axis(flat, coords, axis=-1)  # noqa: E731
+    samples = jnp.zeros(flat.shape[:-1] + (schedule.num_stored, subset(flat).shape[-1]), flat.dtype)
     if config.mesh is not None:
         samples = jax.lax.with_sharding_constraint(
             samples, NamedSharding(config.mesh, PartitionSpec(config.mesh.axis_names[0])))
@@ -218,8 +225,7 @@ def phase3(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILESt
     def body(k, carry):
         state, samples, rejected = carry
         state = move(state)
-        flat = flatten(state.dynamics.position)
-        stored = flat if config.coords is None else flat[..., config.coords]
+        stored = subset(flatten(state.dynamics.position))
         return state, tuning.record_sample(samples, stored, k, schedule), rejected | state.diverging
 
     state, samples, rejected = jax.lax.fori_loop(0, schedule.num_phase3, body,
@@ -237,6 +243,17 @@ def phase3(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILESt
         tuned_L = jax.shard_map(tuned_L, mesh=config.mesh, in_specs=(chains,) * 3, out_specs=(chains, chains))
     L, ok = tuned_L(samples, state.step_size, state.L)
     return state._replace(L=L, ess_fallback=~ok, diverging=rejected), samples
+
+
+#: folded into a chain's key to draw its Phase III coordinates (the chain's own stream of keys is left as it is)
+_COORDS_STREAM = 0x4D494C45
+
+
+def phase3_coords(rng_key, dim: int, num_coords: int) -> jax.Array:
+    """The ``num_coords`` of ``dim`` flattened coordinates (sorted, without repeats) whose Phase III positions one
+    chain stores, drawn from its key ``rng_key``."""
+    chosen = jax.random.choice(jax.random.fold_in(rng_key, _COORDS_STREAM), dim, (num_coords,), replace=False)
+    return jnp.sort(chosen)
 
 
 def mile_step(state: MILEState, potential_fn: Callable, config: MILEConfig) -> MILEState:
@@ -321,7 +338,8 @@ class MILE(ChainKernel):
     :param initial_step_size: starting step size (the pretraining learning rate, 1e-3).
     :param initial_L: starting L; default ``max(sqrt(d), 15)``.
     :param ess_num_coords: at most this many coordinates enter Phase III's ESS: all of them up to this
-        number, a random subset above (default 2,000, as the MILE reference code).
+        number, above it a random subset of this size per chain, drawn from the chain's key (default 2,000, as
+        the MILE reference code).
     :param max_stored_samples: at most this many Phase III positions are stored per chain: every step up
         to this number, equally spaced steps above (default 10,000, as the MILE reference code). Memory:
         ``num_chains x min(n3, max_stored_samples) x min(d, ess_num_coords)`` floats (``n3`` the Phase III
@@ -396,6 +414,8 @@ class MILE(ChainKernel):
         if not callable(target):
             raise ValueError(f"MILE's {'model' if potential_fn is None else 'potential_fn'} must be callable, "
                              f"got {type(target).__name__}.")
+        if int(ess_num_coords) != ess_num_coords or ess_num_coords < 1:
+            raise ValueError(f"ess_num_coords must be a positive integer, got {ess_num_coords!r}.")
         if target_schedule not in tuning.TARGET_SCHEDULES:
             raise ValueError(f"target_schedule must be one of {tuning.TARGET_SCHEDULES}, got {target_schedule!r}.")
         super().__init__(model)
@@ -473,7 +493,7 @@ class MILE(ChainKernel):
             target_schedule=self.target_schedule, n_eff=self.n_eff, trust=self.trust, L_factor=self.L_factor,
             max_stored_samples=self.max_stored_samples,
         )
-        self._config = MILEConfig(schedule, None, batched, int(num_warmup))  # coords, mesh: set by _init_chains
+        self._config = MILEConfig(schedule, None, batched, int(num_warmup))  # num_coords, mesh: set by _init_chains
         chain_keys = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
         pretrain_keys, init_keys, state_keys = chain_keys[:, 0], chain_keys[:, 1], chain_keys[:, 2]
 
@@ -531,13 +551,11 @@ class MILE(ChainKernel):
             raise ValueError(
                 f"MILE (MCLMC) needs at least 2 latent dimensions; this potential_fn has {dim}. Add an independent "
                 "standard-normal coordinate to it (its draws are then exact for the rest), or write it as a model.")
-        coords = None
-        if dim > self.ess_num_coords:  # a random subset, as the reference code (which draws one per chain)
-            coords = np.sort(np.random.default_rng(0).choice(dim, self.ess_num_coords, replace=False))
+        num_coords = int(self.ess_num_coords) if dim > self.ess_num_coords else None
         if self._config.batched:  # vectorized chains: sharded over the local devices when it pays
             sharding = self._chain_sharding(init_params, state_keys)
             init_params, state_keys = place_chains(init_params, sharding), place_chains(state_keys, sharding)
-        self._config = config = self._config._replace(coords=coords, mesh=chain_mesh_of(state_keys))
+        self._config = config = self._config._replace(num_coords=num_coords, mesh=chain_mesh_of(state_keys))
         initial_L = self.initial_L if self.initial_L is not None else max(np.sqrt(dim), 15.0)
         target = self._model if self._potential_fn is None else self._potential_fn
         init_all = _programs.program(
