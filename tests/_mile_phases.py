@@ -57,7 +57,10 @@ def reference_ess(samples) -> np.ndarray:
     ``effective_sample_size`` defines it for one chain (Stan's estimator): autocorrelations
     ``rho_t = acov_t / acov_0 - 1 / (n - 1)`` (``rho_0 = 1``), Geyer's initial positive sequence of pair sums
     ``rho_2k + rho_2k+1``, the even lag after it when positive (counted once), the initial monotone sequence
-    over both, then ``tau = max(-1 + 2 (sum of the pairs) + the extra lag, 1 / log10(n))`` and ``ESS = n / tau``."""
+    over both, then ``tau = max(-1 + 2 (sum of the pairs) + the extra lag, 1 / log10(n))`` and ``ESS = n / tau``.
+    (Not followed: BlackJAX's edge cases of a column whose pairs are all positive, whose first pair is not, or
+    that is constant; for a column that moves the first never occurs, as its lags' autocovariances sum to
+    ``-acov_0 / 2``, and the second needs ``rho_1 <= -1``.)"""
     x = np.asarray(samples, np.float64)
     n = x.shape[0]
     centered = x - x.mean(0)

@@ -259,9 +259,9 @@ def test_default_path_samples_a_conjugate_regression(target_energy_variance, var
     2,000 + 5,000 steps).
 
     Tolerance: Monte Carlo error plus the bias of the setting. The default targets (energy variance 0.5 -> 0.1
-    per dimension, the BNN setting) leave the draws under-dispersed: variance ratios 0.90-0.92 measured here
-    (seeds 0 and 1; 0.82-1.02 on a heavy-tailed design), so 15 % is allowed. The exact setting (5e-4) must be
-    within 5 % (0.97-0.98 measured)."""
+    per dimension, the BNN setting) leave the draws under-dispersed: variance ratios 0.89-0.91 measured here
+    (seeds 0 and 1; 0.87-1.00 on a heavy-tailed design), so 15 % is allowed. The exact setting (5e-4) must be
+    within 5 % (0.97-1.02 measured; 0.98-0.99 on the heavy-tailed design)."""
     from _known_answers import check_posterior, conjugate_linear_regression, conjugate_regression
 
     X, y, mean, cov = conjugate_regression("gaussian")

@@ -166,17 +166,54 @@ def test_a_subset_of_coordinates_is_drawn_per_chain_as_the_reference_does():
     start, step, potential_fn = run_to_phase3(kernel, 2000, chains, X, y, hidden=(8, 8))
     assert kernel._config.num_coords == num_coords
     after = step(start)
-    done, samples = phase3_positions(kernel, start, potential_fn)
+    _, samples = phase3_positions(kernel, start, potential_fn)
     assert samples.shape == (chains, kernel._config.schedule.num_stored, num_coords)
-    full = MILE(mlp_regression, ensemble_options=dict(progress_bar=False, max_epochs=50))
-    _, everything = phase3_positions(full, *run_to_phase3(full, 2000, chains, X, y, hidden=(8, 8))[::2])
-    coords = [np.asarray(phase3_coords(start.rng_key[c], 106, num_coords)) for c in range(chains)]
+    subset_config = kernel._config
+    kernel._config = subset_config._replace(num_coords=None)  # the same moves, every coordinate stored
+    _, everything = phase3_positions(kernel, start, potential_fn)
+    kernel._config = subset_config
+    dim = everything.shape[-1]
+    coords = [np.asarray(phase3_coords(start.rng_key[c], dim, num_coords)) for c in range(chains)]
     assert len({tuple(c) for c in coords}) == chains  # not one subset shared by all chains
     for chain in range(chains):
         assert len(set(coords[chain])) == num_coords
-        np.testing.assert_allclose(samples[chain], everything[chain][:, coords[chain]], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(samples[chain], everything[chain][:, coords[chain]], rtol=1e-5, atol=1e-6)
         reference = 0.4 * float(start.step_size[chain]) * _phase3_taus(samples[chain]).mean()
         assert float(after.L[chain]) == pytest.approx(reference, rel=1e-3), chain
+
+
+def test_a_subset_of_coordinates_is_the_same_for_sequential_chains():
+    """A chain that runs alone (``sequential``) draws the same coordinates from its key as in a batch, so its
+    draws match those of ``vectorized`` chains."""
+    draws = {}
+    for method in ("sequential", "vectorized"):
+        mcmc = MCMC(MILE(gaussian_2d, ess_num_coords=1), num_warmup=200, num_samples=20, num_chains=2,
+                    chain_method=method, progress_bar=False)
+        mcmc.run(jax.random.PRNGKey(3))
+        draws[method] = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    np.testing.assert_allclose(draws["sequential"], draws["vectorized"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("setting, value", [("ess_num_coords", 0), ("ess_num_coords", 2.5), ("ess_num_coords", None),
+                                            ("max_stored_samples", 9), ("max_stored_samples", True)])
+def test_phase3_sizes_are_checked_when_the_kernel_is_made(setting, value):
+    with pytest.raises(ValueError, match=f"{setting} must be an integer of at least"):
+        MILE(gaussian_2d, **{setting: value})
+
+
+def test_the_tests_ess_is_blackjaxs():
+    """:func:`reference_ess` (float64 NumPy, the oracle of the Phase III tests) gives BlackJAX's ESS in float64 on
+    AR(1) columns from anti-correlated to slowly mixing, odd and even lengths."""
+    rng = np.random.default_rng(0)
+    for n in (200, 201):
+        phi = rng.uniform(-0.9, 0.99, 300)
+        noise = rng.normal(size=(n, 300))
+        x = np.zeros((n, 300))
+        for t in range(1, n):
+            x[t] = phi * x[t - 1] + noise[t]
+        with jax.enable_x64(True):
+            expected = np.asarray(effective_sample_size(jnp.asarray(x)[None]))
+        np.testing.assert_allclose(reference_ess(x), expected, rtol=1e-10)
 
 
 def _phase3_taus(positions):

@@ -49,7 +49,8 @@ class CostEstimate(NamedTuple):
     :ivar data_bytes: the array model arguments. (The state carries them through the sampling
         loop as JAX arrays: JAX inputs are shared, NumPy inputs are copied once to the device.)
     :ivar predicted_bytes: ``data_bytes + state_bytes + phase3_bytes +`` the ESS's work space (it runs on one
-        chain at a time, per device: :data:`ESS_WORK_FACTOR` times that chain's positions) ``+`` the draws held
+        chain at a time: :data:`ESS_WORK_FACTOR` times that chain's positions; chains sharded over several
+        devices hold one such space per device) ``+`` the draws held
         at once: all of them, or one chunk with ``chunk_size`` (:func:`numpyro_mile.run_chunked`); NumPyro
         allocates the draws before warmup, so both are held during Phase III. ``MCMC.run`` also makes transient
         copies of its draws (see ``docs/benchmarks/long_runs.md``).

@@ -234,7 +234,7 @@ def phase3(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILESt
     def tuned_L(samples, step_size, phase2_L):
         if not config.batched:
             return tuning.L_from_ess(samples, step_size, schedule, mclmc.ess, phase2_L)
-        # one chain at a time: the FFT's work arrays are ~8x the chain's positions
+        # one chain at a time: the FFT's work arrays are ~4.8x the chain's positions (_mile_cost.ESS_WORK_FACTOR)
         return jax.lax.map(lambda args: tuning.L_from_ess(args[0], args[1], schedule, mclmc.ess, args[2]),
                            (samples, step_size, phase2_L))
 
@@ -341,11 +341,11 @@ class MILE(ChainKernel):
         number, above it a random subset of this size per chain, drawn from the chain's key (default 2,000, as
         the MILE reference code).
     :param max_stored_samples: at most this many Phase III positions are stored per chain: every step up
-        to this number, equally spaced steps above (default 10,000, as the MILE reference code). Memory:
-        ``num_chains x min(n3, max_stored_samples) x min(d, ess_num_coords)`` floats (``n3`` the Phase III
-        steps), counted in :meth:`estimate_cost`'s ``state_bytes``; the buffer is held by the kernel and
-        written in place, not part of the state NumPyro copies. Lower values change the statistic that sets
-        L (``docs/methods/mile.md``).
+        to this number, equally spaced steps above (default 10,000, as the MILE reference code; at least 10).
+        Memory: ``num_chains x min(n3, max_stored_samples) x min(d, ess_num_coords)`` floats (``n3`` the Phase
+        III steps) and the ESS's work space, held only during the step that runs Phase III, never in the state
+        NumPyro copies (:meth:`estimate_cost`'s ``phase3_bytes`` and ``predicted_bytes``). Lower values change
+        the statistic that sets L (``docs/methods/mile.md``).
         Coordinates whose Phase III ESS is 0, NaN or infinite are left out of the mean that
         sets L; when none is usable the Phase II L is kept, with a warning.
     :param init_strategy: NumPyro init strategy when not pretraining.
@@ -414,8 +414,10 @@ class MILE(ChainKernel):
         if not callable(target):
             raise ValueError(f"MILE's {'model' if potential_fn is None else 'potential_fn'} must be callable, "
                              f"got {type(target).__name__}.")
-        if int(ess_num_coords) != ess_num_coords or ess_num_coords < 1:
-            raise ValueError(f"ess_num_coords must be a positive integer, got {ess_num_coords!r}.")
+        for name, value, least in (("ess_num_coords", ess_num_coords, 1),
+                                   ("max_stored_samples", max_stored_samples, tuning.MIN_STORED_SAMPLES)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+                raise ValueError(f"{name} must be an integer of at least {least}, got {value!r}.")
         if target_schedule not in tuning.TARGET_SCHEDULES:
             raise ValueError(f"target_schedule must be one of {tuning.TARGET_SCHEDULES}, got {target_schedule!r}.")
         super().__init__(model)
@@ -427,7 +429,7 @@ class MILE(ChainKernel):
         self.target_energy_variance = tuple(target_energy_variance)
         self.n_eff, self.trust, self.L_factor = n_eff, trust, L_factor
         self.initial_step_size, self.initial_L = initial_step_size, initial_L
-        self.ess_num_coords, self.max_stored_samples = ess_num_coords, max_stored_samples
+        self.ess_num_coords, self.max_stored_samples = int(ess_num_coords), int(max_stored_samples)
         self.init_strategy = init_strategy
         self.shard_chains = shard_chains
         self.map_steps, self.map_learning_rate = map_steps, map_learning_rate
