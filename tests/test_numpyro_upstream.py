@@ -152,9 +152,10 @@ COUNTS = jnp.array([
     17, 23, 17, 4, 2, 31, 30, 13, 27, 0, 39, 37, 5, 14, 13, 22])  # the text-message counts of upstream's test
 
 
-@pytest.mark.xfail(strict=True, reason="a property of the method: the likelihood is piecewise constant in tau (zero "
+@pytest.mark.xfail(strict=False, reason="a property of the method: the likelihood is piecewise constant in tau (zero "
                    "gradient almost everywhere), and MCLMC has no accept/reject step that would let it steer tau; "
-                   "NUTS's Metropolis correction does")
+                   "NUTS's Metropolis correction does. Not strict: tau's mode is wherever the chain wanders (keys "
+                   "0-7 gave 12-72 on one machine), so upstream's key 4 lands on 44 or not by the CPU's rounding")
 def test_change_point_x64():
     def model(data):
         rate = 1 / jnp.mean(data.astype(np.float32))
