@@ -34,9 +34,14 @@ def check_finite(name: str, array) -> None:
     bad = ~np.isfinite(values)
     if bad.any():
         where = np.argwhere(bad)[0].tolist()
+        if name in ("X", "y"):  # the rows to keep, by the array at fault, applied to both
+            rows = "np.isfinite(X).reshape(len(X), -1).all(axis=1)" if name == "X" else "np.isfinite(y)"
+            advice = f"e.g. keep = {rows}; X, y = X[keep], y[keep]"
+        else:
+            advice = "e.g. with np.isfinite"
         raise ValueError(
             f"{name} contains {int(bad.sum())} NaN or infinite value(s) (first at index {where}). "
-            "Drop or impute those rows before fitting, e.g. X = X[np.isfinite(X).all(1)]."
+            f"Drop or impute those rows before fitting, {advice}."
         )
 
 

@@ -84,6 +84,20 @@ def test_bad_input_errors(X, y, match):
         numpyro.handlers.seed(mlp_regression, 0)(X, y)
 
 
+@pytest.mark.parametrize("bad", ["X", "y"])
+def test_nan_advice_names_the_array_at_fault_and_its_code_runs(bad):
+    """The advice for a NaN is about the array that holds it, and its line, run as printed, leaves finite rows."""
+    X, y = np.arange(12.0).reshape(6, 2), np.arange(6.0)
+    (X if bad == "X" else y)[2] = np.nan
+    with pytest.raises(ValueError, match=f"^{bad} contains [12] NaN") as error:
+        numpyro.handlers.seed(mlp_regression, 0)(X, y)
+    code = str(error.value).split("e.g. ")[1].rstrip(".")
+    namespace = {"np": np, "X": X, "y": y}
+    exec(code, namespace)  # noqa: S102
+    assert namespace["X"].shape == (5, 2) and namespace["y"].shape == (5,)
+    assert np.isfinite(namespace["X"]).all() and np.isfinite(namespace["y"]).all()
+
+
 def test_label_and_subsample_errors():
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
         numpyro.handlers.seed(mlp_classification, 0)(np.zeros((3, 2)), np.array([0, 1, 3]), num_classes=3)
