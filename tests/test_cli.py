@@ -31,6 +31,19 @@ def test_verdict_says_holds_only_when_lppd_and_time_both_support_it():
     assert "standard errors" not in _verdict(-0.01, 0.0, 5.0, 20.0, 150)  # no division by a zero error
 
 
+def test_ensemble_verdict_says_when_the_ensemble_alone_wins():
+    from numpyro_mile.cli import _ensemble_verdict
+
+    # the demo's breast-cancer run of 2026-12-07: DE 0.974 / -0.064, MILE 0.957 / -0.077
+    loses = _ensemble_verdict(-0.013, 0.006, "accuracy", 0.957, 0.974, 4.5)
+    assert loses.startswith("The deep ensemble alone (4.5 s) has the higher LPPD here") and "not better" in loses
+    assert "ensemble alone is the better buy" in loses
+    ties = _ensemble_verdict(-0.002, 0.006, "RMSE", 0.70, 0.72, 4.5)
+    assert "equal to its deep ensemble's" in ties and "RMSE 0.700 against the ensemble's 0.720, better" in ties
+    wins = _ensemble_verdict(0.05, 0.01, "RMSE", 0.70, 0.72, 4.5)
+    assert wins.startswith("MILE's LPPD is above its deep ensemble's") and "better buy" not in wins
+
+
 @pytest.mark.parametrize("data, score", [(None, "accuracy"), ("diabetes", "RMSE")])
 def test_demo_prints_table_time_ratio_and_verdict(capsys, data, score):
     """The default (UCI breast cancer, classification) and the regression data set."""
@@ -49,6 +62,7 @@ def test_demo_prints_table_time_ratio_and_verdict(capsys, data, score):
         float(cells[2].split(" ± ")[0])
     assert re.search(r"LPPD difference [+-]\d+\.\d+ ± \d+\.\d+", out.out)
     assert "MILE paper's claim" in out.out  # the verdict, whichever way it goes
+    assert "its deep ensemble's" in out.out or "The deep ensemble alone" in out.out  # and against the ensemble
     ratio = re.search(r"BDE took (\S+)x MILE's wall time", out.out).group(1)
     assert float(ratio) > 0 and len(ratio.replace(".", "").lstrip("0")) <= 2  # two significant digits, never 0.0
     assert ("breast cancer" if data is None else data) in out.err  # real data, UCI's breast cancer by default
