@@ -21,8 +21,9 @@ Three parts, each written to ``docs/benchmarks/long_runs.md`` (plus ``long_runs.
 2. **memory** — peak resident memory (``ru_maxrss``) of subprocesses that run the same MILE run
    (``--memory-width``, 4 chains, thinning 1) with ``MCMC.run`` + ``get_samples()`` (in memory) and
    with ``run_chunked`` (streamed, ``--chunk-size`` steps per chunk), each for two run lengths,
-   beside ``estimate_cost``'s memory prediction (``predicted_bytes``: data + state + Phase III's positions and ESS work space + draws held; rows measured
-   before that estimate counted the larger of Phase III's positions and the draws).
+   beside ``estimate_cost``'s memory prediction (``predicted_bytes``: data + state +
+   Phase III's positions and ESS work space + draws held; rows measured before that estimate counted the
+   larger of Phase III's positions and the draws).
    The peak is ``VmHWM`` after resetting it just before the run (``ru_maxrss`` is useless in a
    subprocess: Linux carries the parent's peak across ``exec``).
 3. **precision** — MILE on UCI energy (or a toy set when the UCI file is missing): deep-ensemble

@@ -380,7 +380,8 @@ def main(argv=None) -> int:
 
 def early_stopping_note(csv_path: Path, profile: dict) -> str:
     """A sentence on the deep ensemble's early-stopping rule: the profile's, and that of rows measured before."""
-    rules = [r.get("de_early_stopping") or "" for r in read_csv(csv_path)]
+    rows = read_csv(csv_path)
+    rules = [r.get("de_early_stopping") or "" for r in rows]
     rule = profile.get("de_early_stopping", "best")
     text = (f"\nDeep ensemble early stopping (`deep_ensemble(early_stopping=...)`): this profile uses '{rule}'"
             + (" (the MILE reference code's rule: stop when each of the last 10 validation losses is >= the loss "
@@ -390,7 +391,7 @@ def early_stopping_note(csv_path: Path, profile: dict) -> str:
         text += (f"; {old} of {len(rules)} rows were measured before the option existed, with 'best' (patience 10, "
                  "best parameters), and with MILE's Phase III keeping at most 1,000 thinned positions per chain for "
                  "its ESS (the default is now 10,000, as the reference code); they are not rerun")
-    before = sum(1 for r in read_csv(csv_path) if r.get("mile_tuner") != MILE_TUNER)
+    before = sum(1 for r in rows if r.get("mile_tuner") != MILE_TUNER)
     if before:
         text += (f". {before} of {len(rules)} rows predate MILE's tuner following the reference code step by step (a "
                  "rejected step entering its averages with an energy change of 0, the linear target's n1 + n2 + 1 "

@@ -137,8 +137,7 @@ def _ensemble_verdict(lppd_diff: float, lppd_se: float, score_name: str, mile_sc
         return (f"The deep ensemble alone ({de_seconds:.1f} s) has the higher LPPD here: MILE - DE "
                 f"{lppd_diff:+.3f} ± {lppd_se:.3f}; MILE's {scores}. On this data and budget the ensemble alone is "
                 "the better buy; MILE's gains show on the regression sets of docs/benchmarks/uci_paper.")
-    within = "" if lppd_diff > lppd_se else ", within one standard error"
-    word = "above" if lppd_diff > lppd_se else "equal to"
+    word, within = ("above", "") if lppd_diff > lppd_se else ("equal to", ", within one standard error")
     return f"MILE's LPPD is {word} its deep ensemble's (MILE - DE {lppd_diff:+.3f} ± {lppd_se:.3f}{within}); {scores}."
 
 
