@@ -1,10 +1,12 @@
-"""numpyro_mile: MILE, SGLD and ICSGLD kernels for Bayesian neural networks in NumPyro."""
+"""numpyro_mile: MILE, SGLD and ICSGLD kernels for Bayesian neural networks in NumPyro, and scikit-learn estimators
+over them."""
 
-from . import approx, datasets, diagnostics, metrics, models
+from . import approx, datasets, diagnostics, metrics, models, uncertainty
 from ._programs import enable_compilation_cache
 from ._version import __version__
 from .baselines import bde
 from .ensemble import DeepEnsemble, deep_ensemble
+from .estimators import MILEClassifier, MILERegressor
 from .inference_data import load_inference_data, to_inference_data
 from .kernels import ICSGLD, MILE, SGLD, SMILE, ICSGLDState, MILEState, SGLDState, SMILEState
 from .kernels.icsgld import importance_weights
@@ -18,6 +20,8 @@ __all__ = [
     "__version__",
     # kernels and their states
     "MILE", "MILEState", "SGLD", "SGLDState", "ICSGLD", "ICSGLDState", "SMILE", "SMILEState",
+    # scikit-learn estimators
+    "MILERegressor", "MILEClassifier",
     # deep ensembles and the BDE baseline
     "DeepEnsemble", "deep_ensemble", "bde",
     # predictions and reporting
@@ -30,5 +34,5 @@ __all__ = [
     # compilation
     "enable_compilation_cache",
     # submodules
-    "approx", "datasets", "diagnostics", "metrics", "models",
+    "approx", "datasets", "diagnostics", "metrics", "models", "uncertainty",
 ]

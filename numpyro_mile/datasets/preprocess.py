@@ -43,6 +43,20 @@ class Standardizer(NamedTuple):
     y_mean: float
     y_std: float
 
+    @classmethod
+    def fit(cls, X, y=None) -> "Standardizer":
+        """Column means and standard deviations (``ddof=0``) of ``X`` (N, F), and of ``y`` (N,) when given.
+
+        Near-constant columns get a standard deviation of 1; without ``y`` targets are left as they are
+        (``y_mean = 0``, ``y_std = 1``: class labels).
+        """
+        X = np.asarray(X, dtype=np.float64)
+        x_mean, x_std = X.mean(axis=0), _safe_std(X)
+        if y is None:
+            return cls(x_mean, x_std, 0.0, 1.0)
+        y = np.asarray(y, dtype=np.float64)
+        return cls(x_mean, x_std, float(y.mean()), float(_safe_std(y)))
+
     def transform_x(self, X) -> np.ndarray:
         """Standardise inputs: ``(X - x_mean) / x_std``, shape ``(N, F)`` -> ``(N, F)``."""
         return (np.asarray(X) - self.x_mean) / self.x_std
@@ -125,12 +139,7 @@ def _fit(data: Split, stats: str, standardize_y: bool) -> Standardizer:
         y = np.concatenate([part[1] for part in data])
     else:
         raise ValueError(f"stats must be 'train' or 'full', got {stats!r}.")
-    X = np.asarray(X, dtype=np.float64)
-    x_mean, x_std = X.mean(axis=0), _safe_std(X)
-    if not standardize_y:
-        return Standardizer(x_mean, x_std, 0.0, 1.0)
-    y = np.asarray(y, dtype=np.float64)
-    return Standardizer(x_mean, x_std, float(y.mean()), float(_safe_std(y)))
+    return Standardizer.fit(X, y if standardize_y else None)
 
 
 def standardize(
