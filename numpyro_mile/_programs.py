@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._validation import as_array
+
 logger = logging.getLogger(__name__)
 
 _PROGRAMS: OrderedDict = OrderedDict()
@@ -49,7 +51,7 @@ def program(key: Hashable, build: Callable[[], Callable]) -> Callable:
 
 
 def _is_data(leaf) -> bool:
-    return isinstance(leaf, (np.ndarray, jax.Array, np.generic))
+    return isinstance(leaf, (np.ndarray, jax.Array, np.generic)) or as_array(leaf) is not leaf  # pandas too
 
 
 class DataSplit(NamedTuple):
@@ -77,7 +79,7 @@ def _signature(model_args: tuple, model_kwargs: dict | None, convert: bool):
             ids.append(None)
             statics.append(None)
         elif _is_data(leaf):
-            arrays.append(jnp.asarray(leaf) if convert else leaf)
+            arrays.append(jnp.asarray(as_array(leaf)) if convert else leaf)
             ids.append(id(leaf))
             statics.append(None)
         else:

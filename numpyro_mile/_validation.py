@@ -19,6 +19,14 @@ _LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(module_file)) + os.sep
                       for module_file in (__file__, numpyro.__file__, jax.__file__))
 
 
+def as_array(value):
+    """A pandas ``DataFrame`` / ``Series`` (anything with ``to_numpy`` that is not already an array) as a NumPy
+    array, so data can be passed as users hold them; any other value unchanged."""
+    if hasattr(value, "to_numpy") and not isinstance(value, (np.ndarray, jax.Array)):
+        return value.to_numpy()
+    return value
+
+
 def check_finite(name: str, array) -> None:
     """Raise ``ValueError`` when ``array`` holds NaN or infinite values.
 

@@ -276,3 +276,26 @@ def test_nested_observation_plates_say_how_to_name_the_plate():
         mcmc = run_mile(multi_output, Y, num_warmup=200, num_samples=50, num_chains=2,
                         ensemble_options=dict(plate_name="rows", max_epochs=5, progress_bar=False))
     assert len(mcmc.sampler.ensembles) == 1
+
+
+def test_pandas_data_give_the_same_run_as_numpy_arrays():
+    """A DataFrame and a Series, as a tabular user holds them, go into MILE, predict and log_likelihood with the
+    packaged models (they failed inside JAX before) and give the very draws NumPy arrays give."""
+    pd = pytest.importorskip("pandas")
+    from numpyro_mile import log_likelihood, predict
+    from numpyro_mile.models import mlp_regression
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(50, 3)).astype(np.float32)
+    y = (X[:, 0] - X[:, 1] + 0.1 * rng.normal(size=50)).astype(np.float32)
+    frame, series = pd.DataFrame(X, columns=["a", "b", "c"]), pd.Series(y, name="target")
+    runs = [run_mile(mlp_regression, *data, num_warmup=200, num_samples=20, num_chains=2,
+                     ensemble_options=dict(max_epochs=10, progress_bar=False))
+            for data in ((X, y), (frame, series))]
+    arrays, pandas = (run.get_samples() for run in runs)
+    for name in arrays:
+        np.testing.assert_array_equal(pandas[name], arrays[name])
+    np.testing.assert_array_equal(predict(mlp_regression, pandas, frame, return_sites=["mu"])["mu"],
+                                  predict(mlp_regression, arrays, X, return_sites=["mu"])["mu"])
+    np.testing.assert_array_equal(log_likelihood(mlp_regression, pandas, frame, series)["y"],
+                                  log_likelihood(mlp_regression, arrays, X, y)["y"])

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
-from .._validation import check_xy
+from .._validation import as_array, check_xy
 from ._layers import check_subsample_size, dense_apply, dense_shapes, sample_weights
 from ._likelihood import categorical_likelihood, check_labels
 
@@ -109,6 +109,7 @@ def mlp_regression(
         >>> sorted(mcmc.get_samples())
         ['b0', 'b1', 'w0', 'w1']
     """
+    X, y = as_array(X), as_array(y)
     _check_inputs(X, y, subsample_size)
     n, num_features = jnp.shape(X)
     params = sample_weights(layer_shapes(num_features, hidden, 2), prior_scale, prior_mean)
@@ -148,6 +149,7 @@ def mlp_classification(
 
     Other parameters as in :func:`mlp_regression`.
     """
+    X, y = as_array(X), as_array(y)
     _check_inputs(X, y, subsample_size)
     check_labels(y, num_classes)
     _, num_features = jnp.shape(X)
