@@ -263,11 +263,18 @@ class MILERegressor(RegressorMixin, _MILEEstimator):
         :param X: inputs, shape ``(N, F)``.
         :returns: :class:`~numpyro_mile.uncertainty.RegressionUncertainty`, each field ``(N,)``.
         """
+        draws = self.predict_draws(X)
+        return uncertainty.regression(draws["mu"], draws["sigma"])
+
+    def predict_draws(self, X) -> dict[str, np.ndarray]:
+        """The posterior draws behind every prediction: the network's mean and noise scale per draw, in ``y``'s
+        units (the predictive of ``y`` is the equal-weight mixture of ``Normal(mu[s], sigma[s])``).
+
+        :param X: inputs, shape ``(N, F)``.
+        :returns: ``{"mu": (S, N), "sigma": (S, N)}``.
+        """
         draws = self._output_draws(self._model_inputs(X))
-        parts = uncertainty.regression(draws["mu"], draws["sigma"])
-        scale = self.scaler_.y_std
-        return uncertainty.RegressionUncertainty(self.scaler_.inverse_y(parts.mean), *(field * scale
-                                                                                     for field in parts[1:]))
+        return {"mu": self.scaler_.inverse_y(draws["mu"]), "sigma": self.scaler_.inverse_scale(draws["sigma"])}
 
     def predict_quantiles(self, X, q: Sequence[float] = (0.05, 0.5, 0.95)) -> np.ndarray:
         """Quantiles of the posterior predictive of ``y`` per row (the mixture over draws), in ``y``'s units.
@@ -276,8 +283,8 @@ class MILERegressor(RegressorMixin, _MILEEstimator):
         :param q: probabilities in ``(0, 1)``.
         :returns: shape ``(len(q), N)``.
         """
-        draws = self._output_draws(self._model_inputs(X))
-        return self.scaler_.inverse_y(uncertainty.mixture_quantiles(draws["mu"], draws["sigma"], tuple(q)))
+        draws = self.predict_draws(X)
+        return uncertainty.mixture_quantiles(draws["mu"], draws["sigma"], tuple(q))
 
     def predict_interval(self, X, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
         """The central predictive interval at ``level`` per row, in ``y``'s units.
@@ -349,6 +356,14 @@ class MILEClassifier(ClassifierMixin, _MILEEstimator):
     def _proba_draws(self, X) -> np.ndarray:
         logits = self._output_draws(self._model_inputs(X))["logits"]
         return softmax(np.asarray(logits, np.float64), axis=-1)
+
+    def predict_draws(self, X) -> dict[str, np.ndarray]:
+        """The posterior draws behind every prediction: class probabilities per draw.
+
+        :param X: inputs, shape ``(N, F)``.
+        :returns: ``{"proba": (S, N, C)}``, classes in the order of ``classes_``.
+        """
+        return {"proba": self._proba_draws(X)}
 
     def predict_proba(self, X) -> np.ndarray:
         """Posterior predictive class probabilities, shape ``(N, C)`` with columns in the order of ``classes_``."""

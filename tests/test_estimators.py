@@ -126,9 +126,8 @@ def test_regression_density_and_intervals_agree_with_the_draws():
     at y; a predictive quantile is where the mixture's CDF of those draws reaches its probability."""
     X, y = _regression_data()
     reg = MILERegressor(**SMALL).fit(X, y)
-    draws = reg._output_draws(reg._model_inputs(X))
-    mu = reg.scaler_.inverse_y(draws["mu"])
-    sigma = draws["sigma"] * reg.scaler_.y_std
+    draws = reg.predict_draws(X)
+    mu, sigma = draws["mu"], draws["sigma"]
     density = np.mean(np.exp(-0.5 * ((y - mu) / sigma) ** 2) / (np.sqrt(2 * np.pi) * sigma), axis=0)
     np.testing.assert_allclose(reg.log_predictive_density(X, y), np.mean(np.log(density)), rtol=1e-4)
     q = reg.predict_quantiles(X, (0.1, 0.9))
