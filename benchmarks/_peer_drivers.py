@@ -3,6 +3,7 @@
 Usage (``peers.py`` does this; ``ARGS.json`` holds the run's settings)::
 
     VENV/bin/python benchmarks/_peer_drivers.py {split,authors,bde,ours,authors_sampler} ARGS.json
+    VENV/bin/python benchmarks/_peer_drivers.py {bde_estimator,ours_estimator} ARGS.json   # benchmarks/estimators.py
 
 Each driver starts its clocks on its first line, before JAX or the implementation is imported, and stops them
 when the fitted posterior (deep ensemble + warmup + sampling) is in memory: ``fit_wall`` and ``fit_cpu``
@@ -288,8 +289,79 @@ def authors_sampler(args: dict) -> dict:
     return out
 
 
+def estimator_data(args: dict):
+    """The task's rows as ``benchmarks/estimators.py`` saved them (raw units), and whether it is regression."""
+    import numpy as np
+
+    data = np.load(args["rows"])
+    return data, args["task"] == "regression"
+
+
+def bde_estimator(args: dict) -> dict:
+    """``BdeRegressor`` / ``BdeClassifier`` as a tabular user runs them: features (and regression targets)
+    standardised with training statistics first, as bde's examples do, its README's ``XLA_FLAGS`` for the cores."""
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={int(args['devices'])}"
+    import numpy as np
+
+    compiled = compile_listener()
+    import jax
+    from bde import BdeClassifier, BdeRegressor
+
+    data, regression = estimator_data(args)
+    x_mean, x_std = data["train_x"].mean(0), data["train_x"].std(0) + 1e-12
+    y = data["train_y"]
+    y_mean, y_std = (y.mean(), y.std()) if regression else (0.0, 1.0)
+    settings = dict(hidden_layers=HIDDEN, n_members=int(args["chains"]), seed=int(args["seed"]), epochs=500,
+                    patience=10, validation_split=0.1, lr=1e-3, weight_decay=1e-3, warmup_steps=int(args["warmup"]),
+                    n_samples=int(args["samples"]), n_thinning=int(args["thinning"]))
+    estimator = (BdeRegressor if regression else BdeClassifier)(**settings)
+    estimator.fit(jax.numpy.asarray((data["train_x"] - x_mean) / x_std),
+                  jax.numpy.asarray((y - y_mean) / y_std if regression else y))
+    jax.block_until_ready(estimator.positions_eT_)
+    out = fit_clock()
+    out.update(compile_s=compiled["seconds"], compiles=compiled["count"])
+
+    raw = np.asarray(estimator.predict(jax.numpy.asarray((data["test_x"] - x_mean) / x_std), raw=True))
+    raw = raw.reshape((-1,) + raw.shape[-2:])  # (members * draws, n_test, outputs)
+    if regression:
+        draws = dict(mu=raw[..., 0] * y_std + y_mean, sigma=(np.asarray(jax.nn.softplus(raw[..., 1])) + 1e-6) * y_std)
+    else:
+        draws = dict(proba=np.asarray(jax.nn.softmax(raw, axis=-1)), classes=np.asarray(estimator.classes_))
+    np.savez(Path(args["workdir"]) / "predictions.npz", **draws)
+    out["devices_used"] = len(jax.devices())
+    return out
+
+
+def ours_estimator(args: dict) -> dict:
+    """``MILERegressor`` / ``MILEClassifier`` as the guide writes them: raw data in (scaling is inside), NumPyro's
+    ``set_host_device_count`` for the cores, progress bars on."""
+    import numpyro
+
+    numpyro.set_host_device_count(int(args["devices"]))
+    import numpy as np
+
+    compiled = compile_listener()
+    import jax
+
+    from numpyro_mile import MILEClassifier, MILERegressor
+
+    data, regression = estimator_data(args)
+    estimator = (MILERegressor if regression else MILEClassifier)(
+        num_chains=int(args["chains"]), num_warmup=int(args["warmup"]), num_samples=int(args["samples"]),
+        thinning=int(args["thinning"]), random_state=int(args["seed"]))
+    estimator.fit(data["train_x"], data["train_y"])
+    out = fit_clock()
+    out.update(compile_s=compiled["seconds"], compiles=compiled["count"])
+    draws = estimator.predict_draws(data["test_x"])
+    if not regression:
+        draws["classes"] = estimator.classes_
+    np.savez(Path(args["workdir"]) / "predictions.npz", **draws)
+    out["devices_used"] = len(jax.devices())
+    return out
+
+
 if __name__ == "__main__":
     which, path = sys.argv[1], sys.argv[2]
-    result = {"split": split, "authors": authors, "bde": bde, "ours": ours,
-              "authors_sampler": authors_sampler}[which](json.loads(Path(path).read_text()))
+    result = {"split": split, "authors": authors, "bde": bde, "ours": ours, "authors_sampler": authors_sampler,
+              "bde_estimator": bde_estimator, "ours_estimator": ours_estimator}[which](json.loads(Path(path).read_text()))
     print("RESULT " + json.dumps(result), flush=True)
