@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 #: Environment variable naming a folder that holds ``{name}.data`` files.
 DATA_ENV_VAR = "NUMPYRO_MILE_DATA"
+#: the folder of the data files shipped inside the package (airfoil; its README gives licence and citation)
+PACKAGED_DIR = Path(__file__).resolve().parent / "data"
 
 #: Commit of github.com/EmanuelSommer/MILE whose ``data/`` folder the checksums refer to.
 MILE_COMMIT = "2c6dd8d170d991c5c2884153aa8a1e26297cbaca"
@@ -120,7 +122,8 @@ def uci_search_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
     """Folders searched for ``{name}.data``, in order.
 
     :param data_dir: explicit folder; when given it is the only one searched.
-    :return: ``[data_dir]``, else ``[$NUMPYRO_MILE_DATA (if set), cache folder]``.
+    :return: ``[data_dir]``, else ``[$NUMPYRO_MILE_DATA (if set), cache folder, the package's own data]`` (the
+        package ships ``airfoil.data``: see ``numpyro_mile/datasets/data/README.md`` for its licence and citation).
     """
     if data_dir is not None:
         return [Path(data_dir).expanduser()]
@@ -129,6 +132,7 @@ def uci_search_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
     if env:
         dirs.append(Path(env).expanduser())
     dirs.append(default_cache_dir())
+    dirs.append(PACKAGED_DIR)
     return dirs
 
 
