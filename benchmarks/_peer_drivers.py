@@ -355,6 +355,8 @@ def ours_estimator(args: dict) -> dict:
     draws = estimator.predict_draws(data["test_x"])
     if not regression:
         draws["classes"] = estimator.classes_
+    function = estimator.function_diagnostics(data["test_x"])[0]  # mu / logits at the held-out rows
+    out.update(fn_crhat=float(function["crhat"]), fn_ess_per_chain=float(function["ess_per_chain"]))
     np.savez(Path(args["workdir"]) / "predictions.npz", **draws)
     out["devices_used"] = len(jax.devices())
     return out

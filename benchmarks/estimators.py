@@ -27,6 +27,7 @@ Usage::
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -45,7 +46,8 @@ CLASSIFICATION = ("iris", "breast_cancer")
 IMPLEMENTATIONS = ("bde", "ours")
 LABELS = {"bde": "bde `BdeRegressor` / `BdeClassifier`", "ours": "numpyro_mile `MILERegressor` / `MILEClassifier`"}
 FIELDS = ("data", "seed", "implementation", "chains", "warmup", "samples", "thinning", "devices", "n_fit", "n_test",
-          "fit_wall", "fit_cpu", "compile_s", "lppd", "score", "coverage90", "load_start", "load_end")
+          "fit_wall", "fit_cpu", "compile_s", "lppd", "score", "coverage90", "fn_crhat", "fn_ess_per_chain",
+          "load_start", "load_end")
 TEST_FRACTION = 0.2
 
 
@@ -115,7 +117,11 @@ def mean(values) -> float:
     return statistics.fmean(values) if values else float("nan")
 
 
-def render(rows: list[dict], out: Path, command: str) -> str:
+def _or_dash(value: float, spec: str = ".3f") -> str:
+    return "-" if value != value else format(value, spec)
+
+
+def render(rows: list[dict], out: Path, results: Path, command: str) -> str:
     first = rows[0]
     loads = [float(r["load_start"]) for r in rows] + [float(r["load_end"]) for r in rows]
     lines = [
@@ -148,10 +154,14 @@ def render(rows: list[dict], out: Path, command: str) -> str:
             table.append([name, LABELS[kind], f"{walls[kind]:.1f}", f"{mean(r['compile_s'] for r in runs):.1f}",
                           f"{walls[kind] / walls['bde']:.2f}", f"{mean(r['lppd'] for r in runs):.3f}",
                           ("RMSE " if regression else "accuracy ") + f"{mean(r['score'] for r in runs):.3f}",
-                          f"{cover:.3f}" if regression else "-", str(len(runs))])
+                          f"{cover:.3f}" if regression else "-", _or_dash(mean(r.get("fn_crhat") for r in runs)),
+                          _or_dash(mean(r.get("fn_ess_per_chain") for r in runs), ".0f"), str(len(runs))])
     lines += markdown_table(["data", "estimator", "wall (s)", "compile (s)", "wall / bde's", "test LPPD",
-                             "RMSE / accuracy", "90 % coverage", "seeds"], table, "llrrrrrrr")
-    lines += ["", "Per seed: `docs/benchmarks/estimators/results.csv`."]
+                             "RMSE / accuracy", "90 % coverage", "function cR-hat", "function ESS/chain", "seeds"],
+                            table, "llrrrrrrrrr")
+    lines += ["", "Function cR-hat and ESS/chain: `function_diagnostics(X_test)` of ours (the predicted means or logits at "
+              "the held-out rows, chain by chain; the guide's \"Diagnostics that matter\"); bde reports none."]
+    lines += ["", f"Per seed: `{os.path.relpath(results, ROOT)}`."]
     verdicts = []
     for name in dict.fromkeys(r["data"] for r in rows):
         pair = {k: [r for r in rows if r["data"] == name and r["implementation"] == k] for k in IMPLEMENTATIONS}
@@ -181,17 +191,15 @@ def main(argv=None) -> None:
     parser.add_argument("--samples", type=int, default=1_000)
     parser.add_argument("--thinning", type=int, default=10)
     parser.add_argument("--devices", type=int, default=None, help="host devices (default: every core)")
-    add_common_options(parser, data="the UCI .data files", out_dir=OUT,
+    add_common_options(parser, data="the UCI .data files", out_dir=OUT, output=PAGE,
                        render_only="render the page from results.csv without running anything")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = command_line(__file__, argv)
     if args.render_only:
-        print(render(read_csv(out / "results.csv"), PAGE, command))
+        print(render(read_csv(out / "results.csv"), Path(args.output), out / "results.csv", command))
         return
-
-    import os
 
     import numpy as np
 
@@ -216,7 +224,7 @@ def main(argv=None) -> None:
                 print(f"{name} seed {seed} {kind}: wall {row['fit_wall']:.1f} s, LPPD {row['lppd']:.3f}, "
                       f"score {row['score']:.3f} ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
                 write_csv(out / "results.csv", rows, FIELDS, float_format=".6g")
-    print(render(rows, PAGE, command))
+    print(render(rows, Path(args.output), out / "results.csv", command))
 
 
 if __name__ == "__main__":

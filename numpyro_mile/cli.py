@@ -146,7 +146,8 @@ def demo(args: argparse.Namespace) -> int:
     task = _load(args.data, args.seed, tuple(args.hidden))
     ((X_train, y_train), val, (X_test, y_test)), model, model_kwargs = task.data, task.model, task.model_kwargs
     key_de, key_mile, key_bde = jax.random.split(jax.random.PRNGKey(args.seed), 3)
-    progress = not args.quiet
+    # bars only on a terminal: in a captured log (CI, a cluster job) every redraw would be a line of its own
+    progress = not args.quiet and sys.stderr.isatty()
     clock = _CompileSeconds()
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
 
@@ -234,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bde-warmup", type=int, default=100, help="NUTS warmup (the paper: 100 or 1,000)")
     p.add_argument("--bde-samples", type=int, default=150, help="NUTS draws per chain (the paper: 1,000)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress bars (there are none when stderr is not a "
+                   "terminal: the phases are reported one line each)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     return demo(args)

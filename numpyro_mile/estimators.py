@@ -25,7 +25,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import metrics, uncertainty
+from . import diagnostics, metrics, uncertainty
 from .datasets.preprocess import Standardizer
 from .kernels import MILE, SMILE
 from .models import mlp_classification, mlp_regression
@@ -114,9 +114,9 @@ class _MILEEstimator(BaseEstimator):
             return dict(self.model_kwargs or {})
         return {"hidden": tuple(self.hidden), "prior_scale": self.prior_scale, **(self.model_kwargs or {})}
 
-    def _kernel(self, model: Callable, progress_bar: bool):
+    def _kernel(self, model: Callable):
         options = dict(self.kernel_options or {})
-        ensemble = {"progress_bar": progress_bar, **(self.ensemble_options or {})}
+        ensemble = {"progress_bar": self.progress_bar, **(self.ensemble_options or {})}
         if self.sampler == "mile":
             return MILE(model, ensemble_options=ensemble, **options)
         if self.sampler in ("smile", "psmile"):
@@ -129,8 +129,9 @@ class _MILEEstimator(BaseEstimator):
 
         :param X: inputs, shape ``(N, F)``: NumPy, JAX, pandas or anything ``np.asarray`` takes.
         :param y: targets, shape ``(N,)``.
-        :returns: ``self``, with ``samples_`` (dict site -> ``(num_chains * num_samples / thinning, ...)``) and
-            ``scaler_`` (the :class:`~numpyro_mile.datasets.Standardizer` of the training data).
+        :returns: ``self``, with ``samples_`` (dict site -> ``(num_chains * num_samples / thinning, ...)``, chain after
+            chain), ``num_chains_`` and ``scaler_`` (the :class:`~numpyro_mile.datasets.Standardizer` of the training
+            data).
         """
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=isinstance(self, RegressorMixin),
                              ensure_min_samples=2)
@@ -147,7 +148,7 @@ class _MILEEstimator(BaseEstimator):
             fit_kwargs["subsample_size"] = min(self.subsample_size or _DEFAULT_SUBSAMPLE, X.shape[0])
         elif self.subsample_size is not None:
             raise ValueError("subsample_size is for sampler='smile' or 'psmile'; MILE uses every row per step.")
-        mcmc = MCMC(self._kernel(self._model_function(), self.progress_bar), num_warmup=num_warmup,
+        mcmc = MCMC(self._kernel(self._model_function()), num_warmup=num_warmup,
                     num_samples=num_samples, num_chains=num_chains, thinning=thinning, chain_method=self.chain_method,
                     progress_bar=self.progress_bar)
         seed = (int(self.random_state) if isinstance(self.random_state, (int, np.integer))
@@ -156,6 +157,7 @@ class _MILEEstimator(BaseEstimator):
         outputs = set(self._output_sites) | {"y"}
         self.samples_ = {name: np.asarray(value) for name, value in mcmc.get_samples().items()
                          if name not in outputs}
+        self.num_chains_ = num_chains
         return self
 
     def _model_function(self) -> Callable:
@@ -194,6 +196,19 @@ class _MILEEstimator(BaseEstimator):
 
     def _outputs_per_row(self) -> int:
         return 2
+
+    def function_diagnostics(self, X) -> list[dict]:
+        """ESS per chain, chainwise split R-hat (cR-hat, the MILE paper's) and between-chain R-hat of the network's
+        outputs at inputs ``X`` (``mu`` or ``logits``): the diagnostics to read for an ensemble of chains (see the
+        guide's "Reading ESS, R-hat and cR-hat"). Between-chain R-hat is large by design.
+
+        :param X: inputs, shape ``(N, F)``, e.g. held-out rows.
+        :returns: :func:`numpyro_mile.diagnostics.summary` rows, one per output site; print them with
+            :func:`numpyro_mile.diagnostics.format_summary`.
+        """
+        draws = self._output_draws(self._model_inputs(X))
+        return diagnostics.summary({site: value.reshape((self.num_chains_, -1) + value.shape[1:])
+                                    for site, value in draws.items()})
 
 
 class MILERegressor(RegressorMixin, _MILEEstimator):

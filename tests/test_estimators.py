@@ -236,6 +236,11 @@ def test_uncertainty_functions_on_known_mixtures():
                                atol=1e-12)
     with pytest.raises(ValueError, match="strictly between 0 and 1"):
         uncertainty.mixture_quantiles(mu, sigma, 1.0)
+    # a few draws with a huge noise scale move the mixture's 90 % interval only by their weight (2 % here)
+    rng = np.random.default_rng(0)
+    mu_tail, sigma_tail = rng.normal(size=(500, 1)) * 0.01, np.where(np.arange(500)[:, None] < 10, 1e5, 1.0)
+    lower, upper = uncertainty.mixture_quantiles(mu_tail, sigma_tail, (0.05, 0.95))
+    assert -1.9 < lower[0] < -1.6 and 1.6 < upper[0] < 1.9, (lower, upper)
     certain = uncertainty.classification(np.array([[[0.5, 0.5]], [[0.5, 0.5]]]))
     np.testing.assert_allclose([certain.entropy[0], certain.aleatoric[0], certain.epistemic[0]],
                                [np.log(2), np.log(2), 0.0], atol=1e-12)
