@@ -191,6 +191,9 @@ def main(argv=None) -> None:
     parser.add_argument("--samples", type=int, default=1_000)
     parser.add_argument("--thinning", type=int, default=10)
     parser.add_argument("--devices", type=int, default=None, help="host devices (default: every core)")
+    parser.add_argument("--only", nargs="+", default=list(IMPLEMENTATIONS), choices=IMPLEMENTATIONS,
+                        help="run these implementations; the other's rows of the same data, seeds and budget are "
+                        "kept from results.csv")
     add_common_options(parser, data="the UCI .data files", out_dir=OUT, output=PAGE,
                        render_only="render the page from results.csv without running anything")
     args = parser.parse_args(argv)
@@ -204,7 +207,13 @@ def main(argv=None) -> None:
     import numpy as np
 
     devices = args.devices or os.cpu_count()
-    pythons = {"bde": environment("bde", args.bde, args.venvs), "ours": Path(sys.executable)}
+    pythons = {"ours": Path(sys.executable)}
+    if "bde" in args.only:
+        pythons["bde"] = environment("bde", args.bde, args.venvs)
+    budget = (str(args.chains), str(args.warmup), str(args.samples), str(args.thinning))
+    kept = [r for r in read_csv(out / "results.csv", missing_ok=True)
+            if r["implementation"] not in args.only and r["data"] in args.only_data and int(r["seed"]) in args.seeds
+            and (r["chains"], r["warmup"], r["samples"], r["thinning"]) == budget]
     rows = []
     work_root = Path(tempfile.mkdtemp(prefix="estimators-"))  # draws and logs of each run, not kept
     for name in args.only_data:
@@ -216,7 +225,8 @@ def main(argv=None) -> None:
             settings = dict(data=name, seed=seed, chains=args.chains, warmup=args.warmup, samples=args.samples,
                             thinning=args.thinning, devices=devices, rows=str(work / "rows.npz"),
                             task="classification" if name in CLASSIFICATION else "regression")
-            for kind in IMPLEMENTATIONS:
+            rows += [r for r in kept if r["data"] == name and int(r["seed"]) == seed]
+            for kind in args.only:
                 start = time.perf_counter()
                 row = run_one(kind, pythons[kind], settings, work / kind, test_y)
                 row.update(n_fit=len(train_y), n_test=len(test_y))

@@ -360,7 +360,8 @@ def fit_members(
             val_curve.append(val_l)
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix({monitored: f"{float(jnp.nanmin(states.best_val)):.4f}"})
+                # refresh=False: redrawn at tqdm's pace, not every epoch (each redraw is a line in a captured log)
+                bar.set_postfix({monitored: f"{float(jnp.nanmin(states.best_val)):.4f}"}, refresh=False)
             if bool(jnp.all(states.stopped)):
                 break
         if bar is not None:

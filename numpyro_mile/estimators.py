@@ -14,6 +14,8 @@ size of ``X``; the uncertainty they report is computed by :mod:`numpyro_mile.unc
 from __future__ import annotations
 
 import math
+import tempfile
+from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import jax
@@ -30,6 +32,7 @@ from .datasets.preprocess import Standardizer
 from .kernels import MILE, SMILE
 from .models import mlp_classification, mlp_regression
 from .predictive import log_likelihood, predict
+from .runs.chunked import run_chunked
 
 __all__ = ["BUDGETS", "MILEClassifier", "MILERegressor"]
 
@@ -153,10 +156,19 @@ class _MILEEstimator(BaseEstimator):
                     progress_bar=self.progress_bar)
         seed = (int(self.random_state) if isinstance(self.random_state, (int, np.integer))
                 else check_random_state(self.random_state).randint(2**31))
-        mcmc.run(jax.random.PRNGKey(seed), X_model, y_model, **fit_kwargs)
+        key = jax.random.PRNGKey(seed)
+        if self.chain_method == "parallel":  # NumPyro's own loop: run_chunked would run the chains one by one
+            mcmc.run(key, X_model, y_model, **fit_kwargs)
+            samples = mcmc.get_samples()
+        else:
+            # The draws of mcmc.run, bit for bit, in compiled chunks of steps: NumPyro's loop launches every step
+            # from Python when its bar is on, and compiles its step twice when the chains span devices.
+            with tempfile.TemporaryDirectory(prefix="numpyro_mile-fit-") as folder:
+                run = run_chunked(mcmc, key, X_model, y_model, checkpoint_path=Path(folder) / "run.ckpt",
+                                  **fit_kwargs)
+                samples = {name: np.array(value) for name, value in run.get_samples().items()}
         outputs = set(self._output_sites) | {"y"}
-        self.samples_ = {name: np.asarray(value) for name, value in mcmc.get_samples().items()
-                         if name not in outputs}
+        self.samples_ = {name: np.asarray(value) for name, value in samples.items() if name not in outputs}
         self.num_chains_ = num_chains
         return self
 
