@@ -167,11 +167,17 @@ def render(rows: list[dict], out: Path, results: Path, command: str) -> str:
         pair = {k: [r for r in rows if r["data"] == name and r["implementation"] == k] for k in IMPLEMENTATIONS}
         if not all(pair.values()):
             continue
-        d_lppd = mean(r["lppd"] for r in pair["ours"]) - mean(r["lppd"] for r in pair["bde"])
+        lppd_of = {k: {int(r["seed"]): float(r["lppd"]) for r in v} for k, v in pair.items()}
+        diffs = [lppd_of["ours"][seed] - lppd_of["bde"][seed] for seed in sorted(lppd_of["ours"])
+                 if seed in lppd_of["bde"]]
+        d_lppd = statistics.fmean(diffs)
+        spread = (f" ± {statistics.stdev(diffs) / len(diffs) ** 0.5:.3f} (standard error over {len(diffs)} seeds; "
+                  f"per seed {', '.join(f'{d:+.3f}' for d in diffs)})" if len(diffs) > 1 else "")
         ratio = mean(r["fit_wall"] for r in pair["ours"]) / mean(r["fit_wall"] for r in pair["bde"])
         quality = "at least bde's" if d_lppd >= 0 else f"{-d_lppd:.3f} below bde's"
         time_word = "within bde's time" if ratio <= 1 else f"{ratio:.2f}x bde's time"
-        verdicts.append(f"- {name}: test LPPD {quality} ({d_lppd:+.3f}), {time_word}.")
+        verdicts.append(f"- {name}: test LPPD {quality}: ours - bde {d_lppd:+.3f}{spread}; wall {time_word} "
+                        f"({ratio:.2f}x).")
     lines += ["", "Against the target (at least bde's quality at no more than its time):", "", *verdicts, ""]
     text = "\n".join(lines)
     out.write_text(text)
