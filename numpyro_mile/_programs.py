@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._validation import as_array
+from ._validation import as_array, is_pandas
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def program(key: Hashable, build: Callable[[], Callable]) -> Callable:
 
 
 def _is_data(leaf) -> bool:
-    return isinstance(leaf, (np.ndarray, jax.Array, np.generic)) or as_array(leaf) is not leaf  # pandas too
+    return isinstance(leaf, (np.ndarray, jax.Array, np.generic)) or is_pandas(leaf)
 
 
 class DataSplit(NamedTuple):

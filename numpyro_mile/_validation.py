@@ -19,12 +19,15 @@ _LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(module_file)) + os.sep
                       for module_file in (__file__, numpyro.__file__, jax.__file__))
 
 
+def is_pandas(value) -> bool:
+    """Whether ``value`` is a pandas ``DataFrame`` / ``Series`` (anything with ``to_numpy`` that is not an array)."""
+    return hasattr(value, "to_numpy") and not isinstance(value, (np.ndarray, jax.Array))
+
+
 def as_array(value):
-    """A pandas ``DataFrame`` / ``Series`` (anything with ``to_numpy`` that is not already an array) as a NumPy
-    array, so data can be passed as users hold them; any other value unchanged."""
-    if hasattr(value, "to_numpy") and not isinstance(value, (np.ndarray, jax.Array)):
-        return value.to_numpy()
-    return value
+    """A pandas ``DataFrame`` / ``Series`` as a NumPy array, so data can be passed as users hold them; any other
+    value unchanged."""
+    return value.to_numpy() if is_pandas(value) else value
 
 
 def check_finite(name: str, array) -> None:

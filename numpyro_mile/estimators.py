@@ -13,10 +13,12 @@ size of ``X``; the uncertainty they report is computed by :mod:`numpyro_mile.unc
 
 from __future__ import annotations
 
+import inspect
 import math
 import tempfile
+import warnings
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import jax
 import numpy as np
@@ -36,8 +38,9 @@ from .runs.chunked import run_chunked
 
 __all__ = ["BUDGETS", "MILEClassifier", "MILERegressor"]
 
-#: ``budget`` name -> (num_chains, num_warmup, num_samples, thinning). "quick": a sound posterior on a table of a
-#: few thousand rows in about a minute on 2 CPU cores; "paper": the MILE paper's (12 chains, 50k + 10k steps).
+#: ``budget`` name -> (num_chains, num_warmup, num_samples, thinning). "quick": a sound posterior in about 20 s on
+#: 1,200 rows and a minute on 14,000 on 2 CPU cores (``docs/benchmarks/estimators.md``); "paper": the MILE paper's
+#: (12 chains, 50k + 10k steps).
 BUDGETS: dict[str, tuple[int, int, int, int]] = {
     "quick": (4, 5_000, 1_000, 10),
     "paper": (12, 50_000, 10_000, 10),
@@ -117,6 +120,21 @@ class _MILEEstimator(BaseEstimator):
             return dict(self.model_kwargs or {})
         return {"hidden": tuple(self.hidden), "prior_scale": self.prior_scale, **(self.model_kwargs or {})}
 
+    def _check_model_settings(self) -> None:
+        if self.model is None:
+            if isinstance(self.hidden, (int, np.integer)) or not all(
+                    isinstance(width, (int, np.integer)) and width > 0 for width in self.hidden):
+                raise ValueError(f"hidden must be a sequence of positive layer widths, e.g. (16, 16), got "
+                                 f"{self.hidden!r}.")
+            return
+        if tuple(self.hidden) != (16, 16) or self.prior_scale != 1.0:
+            warnings.warn(f"hidden and prior_scale set the default network only; {type(self).__name__}(model=...) "
+                          "ignores them: pass the model's own settings in model_kwargs.", UserWarning, stacklevel=3)
+        if self.sampler in ("smile", "psmile") and not _accepts(self.model, "subsample_size"):
+            raise ValueError(f"sampler={self.sampler!r} draws minibatches through the model's subsample_size keyword "
+                             "(numpyro.plate('data', N, subsample_size=subsample_size)), which this model does not "
+                             "take; add it, or use sampler='mile'.")
+
     def _kernel(self, model: Callable):
         options = dict(self.kernel_options or {})
         ensemble = {"progress_bar": self.progress_bar, **(self.ensemble_options or {})}
@@ -139,6 +157,7 @@ class _MILEEstimator(BaseEstimator):
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=isinstance(self, RegressorMixin),
                              ensure_min_samples=2)
         num_chains, num_warmup, num_samples, thinning = self._run_settings()
+        self._check_model_settings()
         y_model = self._targets(y)
         if isinstance(self, RegressorMixin):
             self.scaler_ = Standardizer.fit(X, y_model)
@@ -176,25 +195,34 @@ class _MILEEstimator(BaseEstimator):
         return self.model if self.model is not None else self._default_model
 
     # -- predictions -----------------------------------------------------------------------------------------------
-    def _model_inputs(self, X) -> np.ndarray:
+    def _model_inputs(self, X, y=None):
+        """``X`` (and ``y``) validated against the fit and in the model's units: ``X`` standardised (float32);
+        ``y`` standardised (regression) or encoded (classification)."""
         check_is_fitted(self, "samples_")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return self.scaler_.transform_x(X).astype(np.float32)
+        if y is None:
+            X = validate_data(self, X, dtype=np.float64, reset=False)
+            return self.scaler_.transform_x(X).astype(np.float32)
+        X, y = validate_data(self, X, y, dtype=np.float64, reset=False, y_numeric=isinstance(self, RegressorMixin))
+        return self.scaler_.transform_x(X).astype(np.float32), self._encode_y(y)
 
-    def _output_draws(self, X) -> dict[str, np.ndarray]:
-        """Draws of the output sites at the (standardised) inputs ``X``: dict site -> ``(S, N, ...)``, computed
-        on chunks of rows so one chunk holds at most ``_CHUNK_FLOATS`` floats."""
-        model = self._model_function()
-        kwargs = self._network_kwargs()
+    def _row_chunks(self, X, *arrays):
+        """``(rows, X_chunk, *array_chunks)`` over chunks of rows of the model-unit inputs ``X`` (and arrays with
+        the same rows), each chunk padded to one shape so that every chunk runs one compiled program; a chunk
+        holds at most ``_CHUNK_FLOATS`` floats of outputs over all draws."""
         num_draws = next(iter(self.samples_.values())).shape[0]
-        per_row = num_draws * self._outputs_per_row()
-        rows = max(1, min(X.shape[0], _CHUNK_FLOATS // per_row))
-        parts: dict[str, list[np.ndarray]] = {site: [] for site in self._output_sites}
+        rows = max(1, min(X.shape[0], _CHUNK_FLOATS // (num_draws * self._outputs_per_row())))
         for start in range(0, X.shape[0], rows):
-            chunk = X[start:start + rows]
-            valid = chunk.shape[0]
-            if valid < rows:  # padded to the chunk's shape: one compiled program for every chunk
-                chunk = np.concatenate([chunk, np.zeros((rows - valid,) + chunk.shape[1:], chunk.dtype)])
+            parts = [a[start:start + rows] for a in (X, *arrays)]
+            valid = parts[0].shape[0]
+            if valid < rows:
+                parts = [np.concatenate([p, np.zeros((rows - valid,) + p.shape[1:], p.dtype)]) for p in parts]
+            yield valid, *parts
+
+    def _chunk_draws(self, X):
+        """Draws of the output sites, dict site -> ``(S, rows, ...)`` in the model's units, chunk by chunk of the
+        model-unit inputs ``X`` (see :meth:`_row_chunks`)."""
+        model, kwargs = self._model_function(), self._network_kwargs()
+        for valid, chunk in self._row_chunks(X):
             out = predict(model, self.samples_, chunk, return_sites=list(self._output_sites), **kwargs)
             missing = [site for site in self._output_sites if site not in out]
             if missing:
@@ -202,9 +230,16 @@ class _MILEEstimator(BaseEstimator):
                     f"{type(self).__name__} needs the model to record the deterministic site(s) "
                     f"{list(self._output_sites)} when y is None (as numpyro_mile.models.{self._default_model.__name__} "
                     f"does); missing: {missing}.")
-            for site in self._output_sites:
-                parts[site].append(np.asarray(out[site])[:, :valid])
-        return {site: np.concatenate(chunks, axis=1) for site, chunks in parts.items()}
+            yield {site: np.asarray(out[site])[:, :valid] for site in self._output_sites}
+
+    def _pointwise_log_density(self, X, y) -> np.ndarray:
+        """Log predictive density of each row ``(N,)`` of model-unit ``X`` and ``y``, chunk by chunk of rows."""
+        model, kwargs = self._model_function(), self._network_kwargs()
+        parts = []
+        for valid, X_chunk, y_chunk in self._row_chunks(X, y):
+            ll = np.asarray(log_likelihood(model, self.samples_, X_chunk, y_chunk, **kwargs)["y"])[:, :valid]
+            parts.append(metrics.lppd(ll, pointwise=True)[1])
+        return np.concatenate(parts)
 
     def _outputs_per_row(self) -> int:
         return 2
@@ -214,11 +249,11 @@ class _MILEEstimator(BaseEstimator):
         outputs at inputs ``X`` (``mu`` or ``logits``): the diagnostics to read for an ensemble of chains (see the
         guide's "Reading ESS, R-hat and cR-hat"). Between-chain R-hat is large by design.
 
-        :param X: inputs, shape ``(N, F)``, e.g. held-out rows.
+        :param X: inputs, shape ``(N, F)``, e.g. held-out rows (memory ``O(S x N)``: a few hundred rows suffice).
         :returns: :func:`numpyro_mile.diagnostics.summary` rows, one per output site; print them with
             :func:`numpyro_mile.diagnostics.format_summary`.
         """
-        draws = self._output_draws(self._model_inputs(X))
+        draws = _concatenate(list(self._chunk_draws(self._model_inputs(X))))
         return diagnostics.summary({site: value.reshape((self.num_chains_, -1) + value.shape[1:])
                                     for site, value in draws.items()})
 
@@ -234,8 +269,8 @@ class MILERegressor(RegressorMixin, _MILEEstimator):
         ``"sigma"`` when ``y is None``; default :func:`~numpyro_mile.models.mlp_regression`.
     :param hidden: hidden-layer widths of the default network.
     :param prior_scale: standard deviation of the default network's ``Normal(0, prior_scale)`` prior on every weight.
-    :param budget: ``"quick"`` (4 chains, 5,000 warmup + 1,000 steps, thinned by 10: about a minute on a table of a few
-        thousand rows on 2 CPU cores) or ``"paper"`` (the MILE paper's 12 chains, 50,000 + 10,000 steps, thinned by
+    :param budget: ``"quick"`` (4 chains, 5,000 warmup + 1,000 steps, thinned by 10: about 20 s on 1,200 rows, a
+        minute on 14,000, on 2 CPU cores) or ``"paper"`` (the MILE paper's 12 chains, 50,000 + 10,000 steps, thinned by
         10); see :data:`BUDGETS`.
     :param num_chains: chains (one deep-ensemble member each); ``None``: the budget's.
     :param num_warmup: warmup (tuning) steps per chain; ``None``: the budget's.
@@ -274,6 +309,12 @@ class MILERegressor(RegressorMixin, _MILEEstimator):
     def _targets(self, y) -> np.ndarray:
         return np.asarray(y, dtype=np.float64)
 
+    def _encode_y(self, y) -> np.ndarray:
+        return self.scaler_.transform_y(np.asarray(y, dtype=np.float64)).astype(np.float32)
+
+    def _in_units(self, draws: dict) -> dict[str, np.ndarray]:
+        return {"mu": self.scaler_.inverse_y(draws["mu"]), "sigma": self.scaler_.inverse_scale(draws["sigma"])}
+
     def predict(self, X, return_std: bool = False):
         """The predictive mean per row (the average of the network's mean over the posterior), in ``y``'s units.
 
@@ -290,28 +331,29 @@ class MILERegressor(RegressorMixin, _MILEEstimator):
         :param X: inputs, shape ``(N, F)``.
         :returns: :class:`~numpyro_mile.uncertainty.RegressionUncertainty`, each field ``(N,)``.
         """
-        draws = self.predict_draws(X)
-        return uncertainty.regression(draws["mu"], draws["sigma"])
+        parts = [uncertainty.regression(**self._in_units(draws)) for draws in self._chunk_draws(self._model_inputs(X))]
+        return uncertainty.RegressionUncertainty(*(np.concatenate(field) for field in zip(*parts)))
 
     def predict_draws(self, X) -> dict[str, np.ndarray]:
         """The posterior draws behind every prediction: the network's mean and noise scale per draw, in ``y``'s
-        units (the predictive of ``y`` is the equal-weight mixture of ``Normal(mu[s], sigma[s])``).
+        units (the predictive of ``y`` is the equal-weight mixture of ``Normal(mu[s], sigma[s])``). Memory
+        ``O(S x N)``; the other predictions reduce the draws chunk by chunk of rows.
 
         :param X: inputs, shape ``(N, F)``.
         :returns: ``{"mu": (S, N), "sigma": (S, N)}``.
         """
-        draws = self._output_draws(self._model_inputs(X))
-        return {"mu": self.scaler_.inverse_y(draws["mu"]), "sigma": self.scaler_.inverse_scale(draws["sigma"])}
+        return self._in_units(_concatenate(list(self._chunk_draws(self._model_inputs(X)))))
 
     def predict_quantiles(self, X, q: Sequence[float] = (0.05, 0.5, 0.95)) -> np.ndarray:
         """Quantiles of the posterior predictive of ``y`` per row (the mixture over draws), in ``y``'s units.
 
         :param X: inputs, shape ``(N, F)``.
         :param q: probabilities in ``(0, 1)``.
-        :returns: shape ``(len(q), N)``.
+        :returns: shape ``(len(q), N)``: one row per probability (``numpy.quantile``'s layout).
         """
-        draws = self.predict_draws(X)
-        return uncertainty.mixture_quantiles(draws["mu"], draws["sigma"], tuple(q))
+        q = tuple(np.atleast_1d(np.asarray(q, dtype=np.float64)).tolist())
+        return np.concatenate([uncertainty.mixture_quantiles(**self._in_units(draws), q=q)
+                               for draws in self._chunk_draws(self._model_inputs(X))], axis=1)
 
     def predict_interval(self, X, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
         """The central predictive interval at ``level`` per row, in ``y``'s units.
@@ -331,12 +373,9 @@ class MILERegressor(RegressorMixin, _MILEEstimator):
         :param X: inputs, shape ``(N, F)``.
         :param y: targets, shape ``(N,)``.
         """
-        X_model = self._model_inputs(X)
-        y_model = self.scaler_.transform_y(np.asarray(y, dtype=np.float64)).astype(np.float32)
-        model = self._model_function()
-        ll = log_likelihood(model, self.samples_, X_model, y_model, **self._network_kwargs())
+        X_model, y_model = self._model_inputs(X, y)
         # the density of y is the density of the standardised target divided by y_std
-        return metrics.lppd(np.asarray(ll["y"])) - math.log(self.scaler_.y_std)
+        return float(self._pointwise_log_density(X_model, y_model).mean()) - math.log(self.scaler_.y_std)
 
 
 class MILEClassifier(ClassifierMixin, _MILEEstimator):
@@ -374,27 +413,36 @@ class MILEClassifier(ClassifierMixin, _MILEEstimator):
                              f"({self.classes_[0]!r}).")
         return encoded.astype(np.int32)
 
+    def _encode_y(self, y) -> np.ndarray:
+        lookup = {label: i for i, label in enumerate(self.classes_.tolist())}
+        unseen = sorted({label for label in np.asarray(y).tolist() if label not in lookup}, key=repr)
+        if unseen:
+            raise ValueError(f"y has labels not seen in fit: {unseen[:5]}; known: {self.classes_.tolist()}.")
+        return np.asarray([lookup[label] for label in np.asarray(y).tolist()], np.int32)
+
     def _network_kwargs(self) -> dict:
         return {"num_classes": int(self.classes_.size), **super()._network_kwargs()}
 
     def _outputs_per_row(self) -> int:
         return int(self.classes_.size)
 
-    def _proba_draws(self, X) -> np.ndarray:
-        logits = self._output_draws(self._model_inputs(X))["logits"]
-        return softmax(np.asarray(logits, np.float64), axis=-1)
+    def _chunk_proba(self, X):
+        """Class probabilities per draw, ``(S, rows, C)``, chunk by chunk of rows of ``X``."""
+        for draws in self._chunk_draws(self._model_inputs(X)):
+            yield softmax(np.asarray(draws["logits"], np.float64), axis=-1)
 
     def predict_draws(self, X) -> dict[str, np.ndarray]:
-        """The posterior draws behind every prediction: class probabilities per draw.
+        """The posterior draws behind every prediction: class probabilities per draw. Memory ``O(S x N x C)``; the
+        other predictions reduce the draws chunk by chunk of rows.
 
         :param X: inputs, shape ``(N, F)``.
         :returns: ``{"proba": (S, N, C)}``, classes in the order of ``classes_``.
         """
-        return {"proba": self._proba_draws(X)}
+        return {"proba": np.concatenate(list(self._chunk_proba(X)), axis=1)}
 
     def predict_proba(self, X) -> np.ndarray:
         """Posterior predictive class probabilities, shape ``(N, C)`` with columns in the order of ``classes_``."""
-        return self._proba_draws(X).mean(axis=0)
+        return np.concatenate([proba.mean(axis=0) for proba in self._chunk_proba(X)])
 
     def predict_log_proba(self, X) -> np.ndarray:
         """Logarithm of :meth:`predict_proba`."""
@@ -412,16 +460,23 @@ class MILEClassifier(ClassifierMixin, _MILEEstimator):
         :param X: inputs, shape ``(N, F)``.
         :returns: :class:`~numpyro_mile.uncertainty.ClassificationUncertainty`.
         """
-        return uncertainty.classification(self._proba_draws(X))
+        parts = [uncertainty.classification(proba) for proba in self._chunk_proba(X)]
+        return uncertainty.ClassificationUncertainty(*(np.concatenate(field) for field in zip(*parts)))
 
     def log_predictive_density(self, X, y) -> float:
         """Mean log pointwise predictive density of the labels ``y`` at ``X`` (minus the test NLL per row)."""
-        X_model = self._model_inputs(X)
-        lookup = {label: i for i, label in enumerate(self.classes_.tolist())}
-        unseen = sorted({label for label in np.asarray(y).tolist() if label not in lookup}, key=repr)
-        if unseen:
-            raise ValueError(f"y has labels not seen in fit: {unseen[:5]}; known: {self.classes_.tolist()}.")
-        y_model = np.asarray([lookup[label] for label in np.asarray(y).tolist()], np.int32)
-        model = self._model_function()
-        ll = log_likelihood(model, self.samples_, X_model, y_model, **self._network_kwargs())
-        return metrics.lppd(np.asarray(ll["y"]))
+        return float(self._pointwise_log_density(*self._model_inputs(X, y)).mean())
+
+
+def _accepts(fn: Callable, name: str) -> bool:
+    """Whether ``fn`` takes the keyword ``name`` (or ``**kwargs``); ``True`` when its signature is unknown."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _concatenate(chunks: list[dict]) -> dict[str, np.ndarray]:
+    """Chunks of draws, dict site -> ``(S, rows, ...)``, joined along the rows."""
+    return {site: np.concatenate([chunk[site] for chunk in chunks], axis=1) for site in chunks[0]}

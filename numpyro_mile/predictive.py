@@ -59,10 +59,11 @@ def _on_trace() -> None:
 
 
 def _split_dynamic(args: tuple, kwargs: dict):
-    """Array arguments (traced by jit) apart from the others (static): ``(dynamic, rebuild)`` where
-    ``rebuild(dynamic)`` gives back ``(args, kwargs)`` (see :func:`numpyro_mile._programs.split_data`)."""
+    """Array arguments (traced by jit) apart from the others (static): ``(dynamic, rebuild, static_key)`` where
+    ``rebuild(dynamic)`` gives back ``(args, kwargs)`` and ``static_key`` describes everything but the arrays (see
+    :func:`numpyro_mile._programs.split_data`)."""
     split = _programs.split_data(args, kwargs)
-    return split.arrays, lambda dynamic: _programs.join_data(split.key, dynamic)
+    return split.arrays, lambda dynamic: _programs.join_data(split.key, dynamic), split.key
 
 
 def full_plate_model(model: Callable, model_args: tuple = (), model_kwargs: dict | None = None) -> Callable:
@@ -197,8 +198,13 @@ def _stream(
     dynamic,
     batch_size: int,
     reduce: str | None,
+    program_key,
 ) -> dict:
     """Run ``per_chunk(keys, chunk, dynamic) -> dict site -> (B, ...)`` over all samples.
+
+    ``program_key`` names what ``per_chunk`` computes apart from its arguments (model, sites, static model
+    arguments): calls with the same key reuse one compiled program (a key that cannot be hashed, e.g. an
+    unhashable static argument, compiles afresh).
 
     :returns: dict site -> ``(S, ...)`` host array, or site -> :class:`~numpyro_mile._moments.Moments`.
     """
@@ -212,7 +218,7 @@ def _stream(
             return {name: _chunk_moments(value, num_valid) for name, value in out.items()}
         return out
 
-    compiled = jax.jit(body)
+    compiled = _programs.program(("stream", program_key, reduce), lambda: jax.jit(body))
     outputs: dict = {}
     for start in range(0, num_samples, batch):
         stop = min(start + batch, num_samples)
@@ -322,7 +328,7 @@ def predict(
     keys = _sample_keys(rng_key, num_samples)
     parallel = _resolve_parallel(parallel)
     model = full_plate_model(model, model_args, model_kwargs)
-    dynamic, rebuild = _split_dynamic(model_args, model_kwargs)
+    dynamic, rebuild, static_key = _split_dynamic(model_args, model_kwargs)
 
     def per_chunk(chunk_keys, chunk, dyn):
         args, kwargs = rebuild(dyn)
@@ -335,7 +341,8 @@ def predict(
             return jax.vmap(one)(chunk_keys, chunk)
         return jax.lax.map(lambda key_sample: one(*key_sample), (chunk_keys, chunk))
 
-    out = _stream(per_chunk, flat, keys, dynamic, batch_size, reduce)
+    program_key = ("predict", model, None if return_sites is None else tuple(return_sites), parallel, static_key)
+    out = _stream(per_chunk, flat, keys, dynamic, batch_size, reduce, program_key)
     if reduce is None and chain_axis:
         out = {name: value.reshape(batch_shape + value.shape[1:]) for name, value in out.items()}
     return out
@@ -381,13 +388,13 @@ def log_likelihood(
             "the model has no observed sample site for these arguments; pass the observations "
             "(e.g. log_likelihood(model, samples, X_test, y_test))."
         )
-    dynamic, rebuild = _split_dynamic(model_args, model_kwargs)
+    dynamic, rebuild, static_key = _split_dynamic(model_args, model_kwargs)
 
     def per_chunk(_, chunk, dyn):
         args, kwargs = rebuild(dyn)
         return _numpyro_log_likelihood(model, chunk, *args, parallel=parallel, batch_ndims=1, **kwargs)
 
-    out = _stream(per_chunk, flat, None, dynamic, batch_size, None)
+    out = _stream(per_chunk, flat, None, dynamic, batch_size, None, ("log_likelihood", model, parallel, static_key))
     if chain_axis:
         out = {name: value.reshape(batch_shape + value.shape[1:]) for name, value in out.items()}
     return out

@@ -26,8 +26,9 @@ from scipy.special import ndtr, ndtri
 
 __all__ = ["ClassificationUncertainty", "RegressionUncertainty", "classification", "mixture_quantiles", "regression"]
 
-#: bisection steps of :func:`mixture_quantiles`: the bracket shrinks by 2**-60, below float64 resolution
-_BISECTION_STEPS = 60
+#: bisection steps of :func:`mixture_quantiles` at most (the bracket shrinks by 2**-60), and the relative width at
+#: which it stops earlier
+_BISECTION_STEPS, _RELATIVE_TOLERANCE = 60, 1e-10
 
 
 class RegressionUncertainty(NamedTuple):
@@ -122,6 +123,8 @@ def mixture_quantiles(mu, sigma, q: Sequence[float] | float) -> np.ndarray:
         z = ndtri(p)
         lo, hi = (mu + z * sigma).min(axis=0), (mu + z * sigma).max(axis=0)
         for _ in range(_BISECTION_STEPS):
+            if np.all(hi - lo <= _RELATIVE_TOLERANCE * np.maximum(1.0, np.abs(lo) + np.abs(hi))):
+                break
             mid = 0.5 * (lo + hi)
             below = ndtr((mid - mu) / sigma).mean(axis=0) < p
             lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)

@@ -22,7 +22,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from numpyro_mile import enable_compilation_cache, uncertainty
+from numpyro_mile import enable_compilation_cache, estimators, uncertainty
 from numpyro_mile.estimators import MILEClassifier, MILERegressor
 
 #: a budget that keeps each of scikit-learn's many small fits to about a second once compiled
@@ -135,7 +135,31 @@ def test_regression_density_and_intervals_agree_with_the_draws():
         np.testing.assert_allclose(ndtr((row - mu) / sigma).mean(axis=0), p, atol=1e-6)
 
 
-def test_classifier_decodes_labels_and_splits_its_entropy():
+def test_predictions_chunk_by_chunk_of_rows_equal_one_chunk(monkeypatch):
+    """Predictions reduce the draws chunk by chunk of rows (memory bounded whatever N), the last chunk padded: the
+    same numbers as one chunk of all rows."""
+    X, y = _regression_data()
+    reg = MILERegressor(**SMALL).fit(X, y)
+    whole = (*reg.predict(X, return_std=True), reg.predict_quantiles(X), reg.log_predictive_density(X, y),
+             reg.predict_draws(X)["mu"])
+    monkeypatch.setattr(estimators, "_CHUNK_FLOATS", 40 * 2 * 7)   # 40 draws x (mu, sigma): 7 rows a chunk, 18 chunks
+    chunked = (*reg.predict(X, return_std=True), reg.predict_quantiles(X), reg.log_predictive_density(X, y),
+               reg.predict_draws(X)["mu"])
+    for a, b in zip(whole, chunked):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_custom_model_settings_are_checked():
+    X, y = _regression_data(40)
+    with pytest.warns(UserWarning, match="set the default network only"):
+        MILERegressor(linear_gaussian, **{**SMALL, "hidden": (4,)}).fit(X, y)
+    with pytest.raises(ValueError, match="subsample_size keyword"):
+        MILERegressor(linear_gaussian, **{k: v for k, v in SMALL.items() if k != "hidden"}, sampler="psmile").fit(X, y)
+    with pytest.raises(ValueError, match="hidden must be a sequence"):
+        MILERegressor(**{**SMALL, "hidden": 16}).fit(X, y)
+
+
+def test_classifier_decodes_labels_and_splits_its_entropy(monkeypatch):
     rng = np.random.default_rng(1)
     X = rng.normal(size=(150, 2))
     labels = np.array(["low", "mid", "high"])
@@ -154,6 +178,9 @@ def test_classifier_decodes_labels_and_splits_its_entropy():
     assert np.all(u.epistemic >= 0) and np.all(u.entropy <= np.log(3) + 1e-9)
     with pytest.raises(ValueError, match="not seen in fit"):
         clf.log_predictive_density(X[:2], np.array(["low", "unknown"]))
+    monkeypatch.setattr(estimators, "_CHUNK_FLOATS", 40 * 3 * 11)   # 11 rows a chunk, the last one padded
+    np.testing.assert_allclose(clf.predict_proba(X), proba, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(clf.predict_uncertainty(X).epistemic, u.epistemic, rtol=1e-6, atol=1e-9)
 
 
 def test_pipeline_grid_search_and_cross_validation():

@@ -11,7 +11,7 @@ import pytest
 from numpyro.infer import Predictive
 from numpyro.infer.util import log_likelihood as numpyro_log_likelihood
 
-from numpyro_mile import metrics
+from numpyro_mile import _programs, metrics
 from numpyro_mile import predictive as P
 from numpyro_mile.evaluation import evaluate_regression
 from numpyro_mile.models import mlp_classification, mlp_regression
@@ -47,7 +47,21 @@ def reference(data, samples):
 def count_traces(monkeypatch):
     traces = []
     monkeypatch.setattr(P, "_on_trace", lambda: traces.append(1))
+    monkeypatch.setattr(_programs, "_PROGRAMS", type(_programs._PROGRAMS)())  # programs compiled by this test only
     return traces
+
+
+def test_a_second_call_on_new_data_of_the_same_shapes_reuses_the_program(data, samples, count_traces):
+    """predict and log_likelihood compile once per model, sites and shapes: a call on other data of the same shapes
+    (the next batch of test rows, a refitted estimator's predictions) is not traced again."""
+    X, y = data
+    first = P.predict(mlp_regression, samples, X, return_sites=["mu"], hidden=HIDDEN)["mu"]
+    second = P.predict(mlp_regression, samples, X + 1.0, return_sites=["mu"], hidden=HIDDEN)["mu"]
+    P.log_likelihood(mlp_regression, samples, X, y, hidden=HIDDEN)
+    P.log_likelihood(mlp_regression, samples, X, y + 1.0, hidden=HIDDEN)
+    assert len(count_traces) == 2 and not np.allclose(first, second)
+    P.predict(mlp_regression, samples, X, return_sites=["sigma"], hidden=HIDDEN)   # other sites: another program
+    assert len(count_traces) == 3
 
 
 # non-divisors of 23, and more than 23; vectorised and looped chunks
