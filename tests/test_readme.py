@@ -1,5 +1,6 @@
 """The README's Python blocks run as pasted: top to bottom in one namespace, as a newcomer pastes them into one
-session (issue #29). Budgets are capped (``num_warmup`` <= 200, ``num_samples`` <= 200; NUTS in ``bde(...)`` calls:
+session (issue #29). Budgets are capped (``num_warmup`` <= 200, ``num_samples`` <= 200, the estimators' default
+budget too; NUTS in ``bde(...)`` calls:
 ``num_samples`` <= 50) so that the whole page runs in CI; the README says so. NUTS on the README's MLP runs 1,023
 leapfrog steps per draw: the block with ``bde`` took 92 s with its 100 + 200 iterations and 57-61 s with 100 + 50
 (other budgets capped at 100 / 50 as well; one run each, 2-core machine)."""
@@ -8,6 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from numpyro_mile import estimators
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 CAPS = {"num_warmup": 200, "num_samples": 200}
@@ -42,6 +45,8 @@ def test_readme_python_blocks_run_in_order(tmp_path, monkeypatch):
     blocks = python_blocks(README.read_text())
     assert len(blocks) >= 7
     monkeypatch.chdir(tmp_path)  # the checkpoint block writes run.ckpt here
+    # the estimators' default budget, capped like the explicit ones (4 chains kept: the example's shape)
+    monkeypatch.setitem(estimators.BUDGETS, "quick", (4, CAPS["num_warmup"], CAPS["num_samples"], 10))
     namespace: dict = {}
     for number, block in enumerate(blocks, 1):
         try:
