@@ -66,7 +66,7 @@ myst_dmath_double_inline = True
 # every internal reference must resolve (-n); external packages have no inventory offline
 nitpicky = True
 nitpick_ignore_regex = [
-    (r"py:.*", r"(jax|jaxlib|numpy|np|jnp|numpyro|optax|flax|arviz|az|matplotlib|plt|scipy|blackjax|tqdm"
+    (r"py:.*", r"(jax|jaxlib|numpy|np|jnp|numpyro|optax|flax|arviz|az|matplotlib|plt|scipy|sklearn|blackjax|tqdm"
                r"|pathlib|os|typing|collections|concurrent|types|abc)(\..*)?"),
     (r"py:.*", r"(Array|ArrayLike|Callable|Mapping|Sequence|Iterable|Iterator|Any|Path|PathLike|ndarray|"
                r"PRNGKey|DType|dtype|Optional|Union|Literal|NamedTuple|Messenger|MCMCKernel|"
@@ -78,7 +78,9 @@ nitpick_ignore_regex = [
 suppress_warnings = ["myst.header"]
 
 # ------------------------------------------------------------------ autodoc
-autodoc_default_options = {"members": True, "show-inheritance": False, "member-order": "bysource"}
+# scikit-learn generates set_*_request methods on every estimator class (metadata routing): theirs, not ours
+autodoc_default_options = {"members": True, "show-inheritance": False, "member-order": "bysource",
+                           "exclude-members": "set_fit_request,set_score_request,set_predict_request"}
 autodoc_typehints = "description"
 autodoc_typehints_description_target = "documented_params"
 autodoc_preserve_defaults = True

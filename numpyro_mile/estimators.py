@@ -246,7 +246,7 @@ class _MILEEstimator(BaseEstimator):
 
     def function_diagnostics(self, X) -> list[dict]:
         """ESS per chain, chainwise split R-hat (cR-hat, the MILE paper's) and between-chain R-hat of the network's
-        outputs at inputs ``X`` (``mu`` or ``logits``): the diagnostics to read for an ensemble of chains (see the
+        outputs at inputs ``X`` (``mu`` and ``sigma``, or ``logits``): the diagnostics to read for an ensemble of chains (see the
         guide's "Reading ESS, R-hat and cR-hat"). Between-chain R-hat is large by design.
 
         :param X: inputs, shape ``(N, F)``, e.g. held-out rows (memory ``O(S x N)``: a few hundred rows suffice).
