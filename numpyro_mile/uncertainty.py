@@ -81,7 +81,7 @@ def regression(mu, sigma) -> RegressionUncertainty:
     >>> import numpy as np
     >>> from numpyro_mile import uncertainty
     >>> parts = uncertainty.regression(np.array([[0.0], [2.0]]), np.array([[1.0], [1.0]]))
-    >>> float(parts.mean[0]), float(parts.aleatoric_std[0]), float(parts.epistemic_std[0]), float(parts.std[0]) ** 2
+    >>> float(parts.mean[0]), float(parts.aleatoric_std[0]), float(parts.epistemic_std[0]), round(float(parts.std[0]) ** 2, 12)
     (1.0, 1.0, 1.0, 2.0)
     """
     mu, sigma = _draws("mu", mu, 2), _draws("sigma", sigma, 2)
