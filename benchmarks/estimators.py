@@ -206,12 +206,15 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = command_line(__file__, argv)
+    recorded = out / "command.txt"  # the command of the run, which a page rendered later still names
     if args.render_only:
+        command = recorded.read_text().strip() if recorded.exists() else command
         print(render(read_csv(out / "results.csv"), Path(args.output), out / "results.csv", command))
         return
 
     import numpy as np
 
+    recorded.write_text(command + "\n")
     devices = args.devices or os.cpu_count()
     pythons = {"ours": Path(sys.executable)}
     if "bde" in args.only:
