@@ -49,6 +49,8 @@ BUDGETS: dict[str, tuple[int, int, int, int]] = {
 _SAMPLERS = ("mile", "smile", "psmile")
 #: floats one chunk of predictions may hold (draws x rows x outputs): 2**24 float32 = 64 MiB
 _CHUNK_FLOATS = 2**24
+#: keyword arguments run_chunked takes itself (a model keyword of the same name would never reach the model)
+_RUN_CHUNKED_PARAMETERS = frozenset(inspect.signature(run_chunked).parameters) - {"mcmc", "rng_key", "args", "kwargs"}
 #: minibatch size of SMILE / pSMILE when ``subsample_size`` is not given (capped at the number of rows)
 _DEFAULT_SUBSAMPLE = 256
 
@@ -166,6 +168,10 @@ class _MILEEstimator(BaseEstimator):
             self.scaler_ = Standardizer.fit(X)
         X_model = self.scaler_.transform_x(X).astype(np.float32)
         fit_kwargs = self._network_kwargs()
+        taken = sorted(set(fit_kwargs) & _RUN_CHUNKED_PARAMETERS)
+        if taken:
+            raise ValueError(f"model_kwargs {taken} share their names with run_chunked's own parameters, which the "
+                             "fit runs through; rename them in the model.")
         if self.sampler in ("smile", "psmile"):
             fit_kwargs["subsample_size"] = min(self.subsample_size or _DEFAULT_SUBSAMPLE, X.shape[0])
         elif self.subsample_size is not None:

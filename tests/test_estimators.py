@@ -239,6 +239,8 @@ def test_bad_settings_and_models_get_clear_errors():
         MILERegressor(num_warmup=0).fit(X, y)
     with pytest.raises(ValueError, match="sampler must be one of"):
         MILERegressor(**SMALL, sampler="nuts").fit(X, y)
+    with pytest.raises(ValueError, match="share their names with run_chunked"):
+        MILERegressor(**SMALL, model_kwargs=dict(chunk_size=3)).fit(X, y)
 
     def no_outputs(X, y=None):
         w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
@@ -287,3 +289,31 @@ def test_quick_budget_on_real_data_covers_held_out_rows():
     inside = np.mean((y_test >= lower) & (y_test <= upper))
     assert abs(inside - 0.9) < 3 * np.sqrt(0.9 * 0.1 / len(y_test)), inside
     assert reg.score(X_test, y_test) > 0.3
+
+
+def test_custom_models_written_the_usual_ways():
+    """A constrained noise scale (HalfNormal: sampled in unconstrained space, reported in its own) and observations
+    in a plate without subsample indexing (pretraining full-batch, with NumPyro's warning): fit and predict run, and
+    the posterior noise scale is near the truth."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(80, 2))
+    y = X @ np.array([1.0, -2.0]) + 0.5 * rng.normal(size=80)
+
+    def regression(X, y=None):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+        noise = numpyro.sample("noise", dist.HalfNormal(1.0))
+        mu = X @ w
+        if y is None:
+            numpyro.deterministic("mu", mu)
+            numpyro.deterministic("sigma", jnp.full(X.shape[0], noise))
+        with numpyro.plate("data", X.shape[0]):
+            numpyro.sample("y", dist.Normal(mu, noise), obs=y)
+
+    with pytest.warns(UserWarning, match="pretrain"):
+        reg = MILERegressor(regression, num_chains=2, num_warmup=600, num_samples=200, progress_bar=False,
+                            ensemble_options=dict(max_epochs=100)).fit(X, y)
+    assert np.all(reg.samples_["noise"] > 0)
+    # the noise scale in y's units: the standardised posterior scale times y's sd; truth 0.5
+    noise = reg.samples_["noise"].mean() * reg.scaler_.y_std
+    assert 0.35 < noise < 0.7, noise
+    assert reg.score(X, y) > 0.9
