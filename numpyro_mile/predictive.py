@@ -95,10 +95,14 @@ def _full_plate(model: Callable, model_args: tuple, model_kwargs: dict | None) -
     if not sizes:
         return model, trace
 
-    model_on_full_plates = mu.bind_plates(model, {name: jnp.arange(size) for name, size in sizes.items()})
-    model_on_full_plates.__name__ = getattr(model, "__name__", "model") + "_full_plates"
-    model_on_full_plates.__wrapped__ = model
-    return model_on_full_plates, trace
+    def build():
+        wrapped = mu.bind_plates(model, {name: jnp.arange(size) for name, size in sizes.items()})
+        wrapped.__name__ = getattr(model, "__name__", "model") + "_full_plates"
+        wrapped.__wrapped__ = model
+        return wrapped
+
+    # one wrapper per model and plate sizes, so that predictions with it reuse their compiled program
+    return _programs.program(("full_plates", model, tuple(sorted(sizes.items()))), build), trace
 
 
 def _flatten_samples(samples: Mapping, chain_axis: bool) -> tuple[dict[str, np.ndarray], tuple[int, ...]]:
