@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from numpyro_mile.cli import main
@@ -19,6 +20,8 @@ def test_two_significant_digits():
 def test_verdict_says_holds_only_when_lppd_and_time_both_support_it():
     from numpyro_mile.cli import _verdict
 
+    above = _verdict(0.12, 0.014, 2.9, 29.0, 50)
+    assert above.startswith("MILE's LPPD is above BDE's (by 0.120 ± 0.014) in 0.34x BDE's wall time")
     faster = _verdict(0.001, 0.002, 1.3, 5.9, 150)
     assert "claim holds here, against BDE's short run" in faster and "0.77x BDE's wall time" in faster
     assert _verdict(0.001, 0.002, 1.3, 1.3, 1000).endswith("claim holds here.")
@@ -44,9 +47,9 @@ def test_ensemble_verdict_says_when_the_ensemble_alone_wins():
     assert wins.startswith("MILE's LPPD is above its deep ensemble's") and "better buy" not in wins
 
 
-@pytest.mark.parametrize("data, score", [(None, "accuracy"), ("diabetes", "RMSE")])
+@pytest.mark.parametrize("data, score", [(None, "RMSE"), ("breast_cancer", "accuracy")])
 def test_demo_prints_table_time_ratio_and_verdict(capsys, data, score):
-    """The default (UCI breast cancer, classification) and the regression data set."""
+    """The default (UCI airfoil, regression, shipped with the package) and a classification data set."""
     code = main(["demo", "--chains", "2", "--hidden", "4", "--mile-warmup", "100", "--mile-samples", "20",
                  "--thinning", "2", "--bde-warmup", "5", "--bde-samples", "5", "--quiet"]
                 + ([] if data is None else ["--data", data]))
@@ -65,4 +68,18 @@ def test_demo_prints_table_time_ratio_and_verdict(capsys, data, score):
     assert "its deep ensemble's" in out.out or "The deep ensemble alone" in out.out  # and against the ensemble
     ratio = re.search(r"BDE took (\S+)x MILE's wall time", out.out).group(1)
     assert float(ratio) > 0 and len(ratio.replace(".", "").lstrip("0")) <= 2  # two significant digits, never 0.0
-    assert ("breast cancer" if data is None else data) in out.err  # real data, UCI's breast cancer by default
+    assert ("airfoil" if data is None else "breast cancer") in out.err  # real data, UCI's airfoil by default
+
+
+@pytest.mark.parametrize("name", ["airfoil", "breast_cancer", "diabetes", "toy"])
+def test_every_demo_data_set_loads_standardised(name):
+    from numpyro_mile.cli import _load
+
+    task = _load(name, seed=1, hidden=(4,))
+    (X_train, y_train), (X_val, y_val), (X_test, y_test) = task.data
+    assert len(X_train) > len(X_test) > 0 and len(X_val) > 0 and X_train.shape[1] == X_test.shape[1]
+    np.testing.assert_allclose(X_train.mean(0), 0, atol=1e-5)  # standardised with the training rows' statistics
+    if task.score == "RMSE":
+        np.testing.assert_allclose([y_train.mean(), y_train.std()], [0, 1], atol=1e-5)
+    else:
+        assert set(np.unique(y_train)) == {0, 1}
