@@ -16,7 +16,10 @@ from __future__ import annotations
 import inspect
 import math
 import tempfile
+import threading
 import warnings
+from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -147,6 +150,15 @@ class _MILEEstimator(BaseEstimator):
             return SMILE(model, ensemble_options=ensemble, **options)
         raise ValueError(f"sampler must be one of {_SAMPLERS}, got {self.sampler!r}.")
 
+    def _kernel_key(self, model: Callable):
+        """What a kernel of this estimator is made of (see :func:`_pooled_kernel`); unhashable when the options
+        cannot be compared."""
+        try:
+            return (self.sampler, model, _frozen(self.kernel_options), _frozen(self.ensemble_options),
+                    self.progress_bar)
+        except TypeError:  # e.g. a set of values that do not sort
+            return [self.sampler]
+
     def fit(self, X, y):
         """Sample the posterior of the network's weights given ``(X, y)``.
 
@@ -176,22 +188,23 @@ class _MILEEstimator(BaseEstimator):
             fit_kwargs["subsample_size"] = min(self.subsample_size or _DEFAULT_SUBSAMPLE, X.shape[0])
         elif self.subsample_size is not None:
             raise ValueError("subsample_size is for sampler='smile' or 'psmile'; MILE uses every row per step.")
-        mcmc = MCMC(self._kernel(self._model_function()), num_warmup=num_warmup,
-                    num_samples=num_samples, num_chains=num_chains, thinning=thinning, chain_method=self.chain_method,
-                    progress_bar=self.progress_bar)
         seed = (int(self.random_state) if isinstance(self.random_state, (int, np.integer))
                 else check_random_state(self.random_state).randint(2**31))
         key = jax.random.PRNGKey(seed)
-        if self.chain_method == "parallel":  # NumPyro's own loop: run_chunked would run the chains one by one
-            mcmc.run(key, X_model, y_model, **fit_kwargs)
-            samples = mcmc.get_samples()
-        else:
-            # The draws of mcmc.run, bit for bit, in compiled chunks of steps: NumPyro's loop launches every step
-            # from Python when its bar is on, and compiles its step twice when the chains span devices.
-            with tempfile.TemporaryDirectory(prefix="numpyro_mile-fit-") as folder:
-                run = run_chunked(mcmc, key, X_model, y_model, checkpoint_path=Path(folder) / "run.ckpt",
-                                  **fit_kwargs)
-                samples = {name: np.array(value) for name, value in run.get_samples().items()}
+        model = self._model_function()
+        with _pooled_kernel(self._kernel_key(model), lambda: self._kernel(model)) as kernel:
+            mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                        thinning=thinning, chain_method=self.chain_method, progress_bar=self.progress_bar)
+            if self.chain_method == "parallel":  # NumPyro's own loop: run_chunked would run the chains one by one
+                mcmc.run(key, X_model, y_model, **fit_kwargs)
+                samples = mcmc.get_samples()
+            else:
+                # The draws of mcmc.run, bit for bit, in compiled chunks of steps: NumPyro's loop launches every
+                # step from Python when its bar is on, and compiles its step twice when the chains span devices.
+                with tempfile.TemporaryDirectory(prefix="numpyro_mile-fit-") as folder:
+                    run = run_chunked(mcmc, key, X_model, y_model, checkpoint_path=Path(folder) / "run.ckpt",
+                                      **fit_kwargs)
+                    samples = {name: np.array(value) for name, value in run.get_samples().items()}
         outputs = set(self._output_sites) | {"y"}
         self.samples_ = {name: np.asarray(value) for name, value in samples.items() if name not in outputs}
         self.num_chains_ = num_chains
@@ -472,6 +485,50 @@ class MILEClassifier(ClassifierMixin, _MILEEstimator):
     def log_predictive_density(self, X, y) -> float:
         """Mean log pointwise predictive density of the labels ``y`` at ``X`` (minus the test NLL per row)."""
         return float(self._pointwise_log_density(*self._model_inputs(X, y)).mean())
+
+
+#: kernels no fit is using, by what they are made of (least recently used first); see :func:`_pooled_kernel`
+_IDLE_KERNELS: OrderedDict = OrderedDict()
+_MAX_IDLE_KERNELS = 8
+_IDLE_KERNELS_LOCK = threading.Lock()
+
+
+@contextmanager
+def _pooled_kernel(key, build: Callable):
+    """A kernel made of ``key``: the idle one an earlier fit left, else ``build()``; back in the pool afterwards.
+
+    ``run_chunked`` keeps the compiled chunk loop of each kernel object, with the data as its arguments: a refit
+    (new rows of the same shapes, the next cross-validation fold, a clone in a grid search) on the kernel of an
+    earlier fit is not traced or compiled again. A kernel is used by one fit at a time (taken out while in use),
+    and holds no draws between fits."""
+    try:
+        hash(key)
+    except TypeError:  # options that do not hash (e.g. an array): a kernel of its own
+        yield build()
+        return
+    with _IDLE_KERNELS_LOCK:
+        kernel = _IDLE_KERNELS.pop(key, None)
+    if kernel is None:
+        kernel = build()
+    try:
+        yield kernel
+    finally:
+        getattr(kernel, "ensembles", []).clear()  # the pretrained members of this fit: not kept in the pool
+        with _IDLE_KERNELS_LOCK:
+            _IDLE_KERNELS[key] = kernel
+            while len(_IDLE_KERNELS) > _MAX_IDLE_KERNELS:
+                _IDLE_KERNELS.popitem(last=False)
+
+
+def _frozen(value):
+    """``value`` with dicts, lists and sets made hashable (tuples), for :func:`_pooled_kernel`'s key."""
+    if isinstance(value, dict):
+        return ("dict",) + tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_frozen(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return ("set",) + tuple(sorted(_frozen(v) for v in value))
+    return value
 
 
 def _accepts(fn: Callable, name: str) -> bool:

@@ -363,3 +363,53 @@ def test_checkpoints_written_before_kernel_settings_still_match():
     old = {"kernel_settings": {name: _describe(getattr(kernels[-1], name)) for name in _OLD_SETTING_ATTRIBUTES["SMILE"]}}
     assert _differences(old, {"kernel_settings": _kernel_settings(changed)}) == [
         "kernel_settings.precondition: checkpoint False, now True"]
+
+
+# ------------------------------------------------------------------------------- a second run on new data
+def fitted_line(X, y=None):
+    """Regression whose collected sites depend on the data (a deterministic site reads X)."""
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    numpyro.deterministic("first_fit", X[0] @ w)
+    with numpyro.plate("data", X.shape[0]):
+        numpyro.sample("y", dist.Normal(X @ w, 0.5), obs=y)
+
+
+def _line_data(seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(30, 2)).astype(np.float32)
+    return X, (X @ np.array([1.0, -2.0]) + 0.5 * rng.normal(size=30)).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", ["mile", "sgld", "nuts"])
+def test_a_second_run_on_new_data_is_not_traced_again_and_samples_the_new_data(tmp_path, monkeypatch, name):
+    """The same kernel run again through run_chunked on new data of the same shapes (an estimator's refit, the
+    next cross-validation fold) reuses the compiled chunk loop, and its draws - sites computed from the data
+    included - are those of MCMC.run of a fresh kernel on the new data, bit for bit (NUTS: with
+    ``jit_model_args=True``; NumPyro otherwise compiles the data in as constants, which XLA may fold)."""
+    from numpyro_mile.runs import chunked
+
+    traces = []
+    make = chunked._make_transform_of
+    monkeypatch.setattr(chunked, "_make_transform_of",
+                        lambda *a: (lambda f: lambda *args: (traces.append(1), f(*args))[1])(make(*a)))
+
+    def kernel():
+        if name == "mile":
+            return MILE(fitted_line, pretrain=False)
+        return SGLD(fitted_line, 1e-3) if name == "sgld" else NUTS(fitted_line)
+
+    def mcmc(k, **options):
+        return MCMC(k, num_warmup=100, num_samples=20, num_chains=2, chain_method="vectorized" if name != "nuts"
+                    else "sequential", progress_bar=False, **options)
+
+    reused = kernel()
+    run_chunked(mcmc(reused), jax.random.PRNGKey(1), *_line_data(0), checkpoint_path=tmp_path / "a.ckpt",
+                chunk_size=30)
+    first = len(traces)  # the sample spec once, then one trace of the loop
+    run = run_chunked(mcmc(reused), jax.random.PRNGKey(2), *_line_data(1), checkpoint_path=tmp_path / "b.ckpt",
+                      chunk_size=30)
+    assert len(traces) - first == 1 < first  # only the sample spec: the loop is not traced again
+    reference = mcmc(kernel(), jit_model_args=True)  # the data as arguments, as in run_chunked's loop
+    reference.run(jax.random.PRNGKey(2), *_line_data(1))
+    for site, draws in reference.get_samples(group_by_chain=True).items():
+        np.testing.assert_array_equal(np.asarray(draws), run.get_samples(group_by_chain=True)[site], err_msg=site)

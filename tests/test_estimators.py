@@ -202,6 +202,33 @@ def test_pickle_and_joblib_give_identical_predictions():
         np.testing.assert_array_equal(again.predict_quantiles(X[:5]), reg.predict_quantiles(X[:5]))
 
 
+def test_a_refit_on_new_rows_of_the_same_shapes_is_not_traced_again(monkeypatch):
+    """Refitting (new rows, the next fold, a clone with the same settings) reuses the kernel of an earlier fit and
+    run_chunked's compiled loop for it, and gives the draws of a fit on a kernel of its own."""
+    from collections import OrderedDict
+
+    from numpyro_mile.runs import chunked
+
+    monkeypatch.setattr(estimators, "_IDLE_KERNELS", OrderedDict())
+    traces = []
+    make = chunked._make_transform_of
+    monkeypatch.setattr(chunked, "_make_transform_of",
+                        lambda *a: (lambda f: lambda *args: (traces.append(1), f(*args))[1])(make(*a)))
+    (X, y), (X_new, y_new) = _regression_data(seed=0), _regression_data(seed=1)
+    reg = MILERegressor(**SMALL).fit(X, y)
+    first, before = len(traces), reg.samples_["w0"]  # the sample spec, then the loop's trace
+    reg.fit(X_new, y_new)
+    assert not np.allclose(reg.samples_["w0"], before)  # the new rows' posterior
+    assert len(traces) - first == 1  # the sample spec only
+    clone(reg).fit(X_new, y_new)
+    assert len(traces) - first == 2
+    estimators._IDLE_KERNELS.clear()
+    own = MILERegressor(**SMALL).fit(X_new, y_new)
+    assert len(traces) - first == 2 + first  # a kernel of its own: traced again
+    for site, draws in own.samples_.items():
+        np.testing.assert_array_equal(reg.samples_[site], draws, err_msg=site)
+
+
 def _joblib_dumps(obj) -> bytes:
     buffer = io.BytesIO()
     joblib.dump(obj, buffer)

@@ -129,12 +129,29 @@ def _make_transform(postprocess: Callable, fields: tuple[str, ...], removed: tup
     return transform
 
 
-def _make_advance(kernel, model_args, model_kwargs, transform, chunk_size: int, num_buffer: int):
-    """``advance(state, num_active, slots) -> (state, buffer)``: up to ``chunk_size`` steps in one
-    compiled loop; the transformed state after local step ``k`` goes to ``buffer[slots[k]]``
-    when ``slots[k] >= 0``. One compilation serves every chunk (``num_active`` is traced)."""
+def _make_transform_of(kernel, mcmc_postprocess, vectorized: bool, fields, removed) -> Callable:
+    """``transform_of(model_args, model_kwargs)``: the state -> collected sites function of a run on these
+    arguments (``MCMC``'s ``postprocess_fn``, else the kernel's)."""
 
-    def advance(state, num_active, slots):
+    def transform_of(model_args, model_kwargs):
+        postprocess = mcmc_postprocess if mcmc_postprocess is not None else kernel.postprocess_fn(model_args,
+                                                                                                  model_kwargs)
+        return _make_transform(jax.vmap(postprocess) if vectorized else postprocess, fields, removed)
+
+    return transform_of
+
+
+def _make_advance(kernel, data_key, transform_of: Callable, chunk_size: int, num_buffer: int):
+    """``advance(state, num_active, slots, data) -> (state, buffer)``: up to ``chunk_size`` steps in one
+    compiled loop; the transformed state after local step ``k`` goes to ``buffer[slots[k]]``
+    when ``slots[k] >= 0``. One compilation serves every chunk (``num_active`` is traced) and every
+    run of the kernel on data of the same shapes: the model's arrays (``data``, from
+    :func:`numpyro_mile._programs.split_data`, joined with ``data_key``) are arguments of the program,
+    for the steps and the collected sites alike."""
+
+    def advance(state, num_active, slots, data):
+        model_args, model_kwargs = _programs.join_data(data_key, data)
+        transform = transform_of(model_args, model_kwargs)
         proto = jax.eval_shape(transform, state)
         buffer = jax.tree.map(lambda s: jnp.zeros((num_buffer,) + s.shape, s.dtype), proto)
 
@@ -156,9 +173,10 @@ def _make_advance(kernel, model_args, model_kwargs, transform, chunk_size: int, 
 
 
 def _cached_advance(key, kernel, build: Callable) -> Callable:
-    """The compiled chunk function of an earlier call with the same kernel object and run (the package's one
-    program cache, :func:`numpyro_mile._programs.program`): resuming or extending in the same process does not
-    compile again. The key holds ``kernel`` itself (compared by identity), which keeps it alive."""
+    """The compiled chunk function of an earlier call with the same kernel object and run settings (the
+    package's one program cache, :func:`numpyro_mile._programs.program`): resuming, extending or running again
+    on new data of the same shapes in the same process does not trace again. The key holds ``kernel`` itself
+    (compared by identity), which keeps it alive."""
     return _programs.program(("run_chunked-advance", kernel) + tuple(key), build)
 
 
@@ -275,9 +293,8 @@ def run_chunked(
     drawn = 0 if ckpt is None else int(ckpt.num_draws)
 
     fields, removed = _collect_spec(kernel, extra_fields)
-    postprocess = mcmc.postprocess_fn if mcmc.postprocess_fn is not None else kernel.postprocess_fn(args, kwargs)
-    transform = _make_transform(jax.vmap(postprocess) if layout == "vectorized" else postprocess, fields, removed)
-    spec = _store_spec(jax.eval_shape(transform, states[0]), layout)
+    transform_of = _make_transform_of(kernel, mcmc.postprocess_fn, layout == "vectorized", fields, removed)
+    spec = _store_spec(jax.eval_shape(transform_of(args, kwargs), states[0]), layout)
     store = SampleStore.create(sample_dir, spec, num_chains=num_chains, num_draws=num_samples // thinning,
                                store_dtype=store_dtype, attrs={"num_warmup": num_warmup, "thinning": thinning})
     if store.num_written != drawn:  # a crash after the store advanced but before the checkpoint did
@@ -296,10 +313,14 @@ def run_chunked(
 
     num_buffer = max(1, -(-min(chunk_size, max(num_samples, 1)) // thinning))
     chunk_len = min(chunk_size, max(num_steps, 1))
+    data = _programs.split_data(args, kwargs)
+    # the run's settings without its data values and key (arguments of the program): a run on new data of the
+    # same shapes reuses the program
+    settings = {name: value for name, value in fingerprint.items() if name not in ("data", "rng_key")}
     advance = _cached_advance(
-        (json.dumps(fingerprint, sort_keys=True), layout, chunk_len, num_buffer, fields, removed,
+        (json.dumps(settings, sort_keys=True), data.key, layout, chunk_len, num_buffer, fields, removed,
          _device_ids(states)), kernel,
-        lambda: _make_advance(kernel, args, kwargs, transform, chunk_len, num_buffer))
+        lambda: _make_advance(kernel, data.key, transform_of, chunk_len, num_buffer))
     bar = tqdm(total=num_steps, initial=step, disable=not mcmc.progress_bar)
     try:
         while step < num_steps:
@@ -309,7 +330,8 @@ def run_chunked(
             t0, c0 = time.perf_counter(), time.process_time()
             buffers = []
             for c, state in enumerate(states):
-                states[c], buffer = advance(state, jnp.asarray(stop - step, jnp.int32), jnp.asarray(slots))
+                states[c], buffer = advance(state, jnp.asarray(stop - step, jnp.int32), jnp.asarray(slots),
+                                            data.arrays)
                 buffers.append(jax.device_get(buffer) if n_kept else None)
             if n_kept:
                 store.write(_gather(buffers, spec, n_kept, layout), first)
