@@ -19,7 +19,7 @@ from numpyro.infer import MCMC
 
 from . import metrics
 from .baselines import bde
-from .datasets import Split, split, standardize, toy_regression
+from .datasets import Split, load_uci, split, standardize, toy_regression
 from .ensemble import deep_ensemble
 from .kernels import MILE
 from .models import mlp_classification, mlp_regression
@@ -74,8 +74,6 @@ def _load(name: str, seed: int, hidden: tuple[int, ...]) -> _Task:
                      "30 features, 2 classes; real data)", mlp_classification,
                      {"hidden": hidden, "num_classes": 2}, "accuracy")
     if name == "airfoil":
-        from .datasets import load_uci
-
         X, y = load_uci("airfoil")
         desc = ("UCI airfoil self-noise (NASA wind-tunnel tests: 1,503 rows, 5 features, sound pressure in dB; real "
                 "data, ships with this package; one of the MILE paper's UCI sets)")

@@ -132,6 +132,16 @@ def test_blackjax_only_in_the_mclmc_adapter():
     assert any(module.startswith("blackjax") for module, _, _ in _imported_names(PACKAGE / "kernels" / "_mclmc.py"))
 
 
+def test_flax_is_an_extra_the_package_never_imports():
+    """Flax is for the examples (the ``examples`` and ``test`` extras), not a dependency of the package."""
+    offenders = [(str(path.relative_to(PACKAGE)), module, line) for path in PACKAGE.rglob("*.py")
+                 for module, _, line in _imported_names(path) if module.split(".")[0] == "flax"]
+    assert offenders == []
+    pyproject = (PACKAGE.parent / "pyproject.toml").read_text()
+    dependencies = pyproject.split("dependencies = [", 1)[1].split("]", 1)[0]
+    assert "flax" not in dependencies
+
+
 def test_no_private_kernel_names_outside_the_kernels():
     """Generic layers use what a kernel module exports, never its private names (issue #31)."""
     offenders = []
