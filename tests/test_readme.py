@@ -1,9 +1,7 @@
 """The README's Python blocks run as pasted: top to bottom in one namespace, as a newcomer pastes them into one
-session (issue #29). Budgets are capped (``num_warmup`` <= 200, ``num_samples`` <= 200, the estimators' default
-budget too; NUTS in ``bde(...)`` calls:
-``num_samples`` <= 50) so that the whole page runs in CI; the README says so. NUTS on the README's MLP runs 1,023
-leapfrog steps per draw: the block with ``bde`` took 92 s with its 100 + 200 iterations and 57-61 s with 100 + 50
-(other budgets capped at 100 / 50 as well; one run each, 2-core machine)."""
+session. Budgets are capped (``num_warmup`` <= 200, ``num_samples`` <= 200, the estimators' default budget too;
+``num_samples`` <= 50 inside a ``bde(...)`` call, whose NUTS runs up to 1,023 leapfrog steps per draw on an MLP) so
+that the page runs in CI; the README says so."""
 
 import re
 from pathlib import Path
@@ -43,8 +41,8 @@ def test_capping_keeps_small_budgets_and_shrinks_large_ones():
 @pytest.mark.filterwarnings("ignore")
 def test_readme_python_blocks_run_in_order(tmp_path, monkeypatch):
     blocks = python_blocks(README.read_text())
-    assert len(blocks) >= 7
-    monkeypatch.chdir(tmp_path)  # the checkpoint block writes run.ckpt here
+    assert len(blocks) >= 3
+    monkeypatch.chdir(tmp_path)  # nothing of a block lands in the checkout
     # the estimators' default budget, capped like the explicit ones (4 chains kept: the example's shape)
     monkeypatch.setitem(estimators.BUDGETS, "quick", (4, CAPS["num_warmup"], CAPS["num_samples"], 10))
     namespace: dict = {}
@@ -53,4 +51,4 @@ def test_readme_python_blocks_run_in_order(tmp_path, monkeypatch):
             exec(compile(capped(block), f"README.md python block {number}", "exec"), namespace)  # noqa: S102
         except Exception as err:  # say which block failed, with its text
             raise AssertionError(f"README python block {number} failed:\n{block}") from err
-    assert namespace["idata"] is not None and namespace["cost"].predicted_seconds > 0
+    assert namespace["idata"] is not None and namespace["reg"].samples_["w0"].shape[0] > 0
