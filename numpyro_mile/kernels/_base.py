@@ -38,7 +38,7 @@ from .. import _programs
 from .._validation import is_concrete
 from ..ensemble import fit_members, pretraining_plate
 
-__all__ = ["ChainKernel", "over_chains", "rejected_steps_message"]
+__all__ = ["ChainKernel", "chain_axes", "over_chains", "rejected_steps_message"]
 
 
 def rejected_steps_message(kernel_name: str, num_nans, advice: str) -> str | None:
@@ -54,6 +54,16 @@ def rejected_steps_message(kernel_name: str, num_nans, advice: str) -> str | Non
     return (f"{kernel_name} rejected {int(nans.sum())} step(s) (over all chains; per chain {nans.tolist()}) because "
             "the energy, gradient or position became NaN or infinite; each time the chain stayed at its previous "
             f"position. {advice}")
+
+
+def chain_axes(state_type, shared: tuple[str, ...] = ("i", "data")):
+    """The vmap axes of a ``vectorized`` state of ``state_type`` (a NamedTuple class), declared by name: ``None``
+    for the ``shared`` fields (one value for all chains), ``0`` (a leading chain axis) for every other field, so
+    that a new field of the state gets its axis without counting positions."""
+    unknown = sorted(set(shared) - set(state_type._fields))
+    if unknown:
+        raise TypeError(f"{state_type.__name__} has no field(s) {unknown}.")
+    return state_type(**{name: None if name in shared else 0 for name in state_type._fields})
 
 
 def over_chains(fn: Callable, state_axes, batched: bool, num_states: int = 1) -> Callable:

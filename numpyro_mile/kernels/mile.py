@@ -28,7 +28,7 @@ from .._arrays import chain_mesh_of, default_chain_sharding, place_chains, place
 from .._validation import MISSING_PLATE, check_init_params, check_plates, is_concrete
 from ..ensemble import DeepEnsemble
 from . import _mclmc as mclmc
-from ._base import ChainKernel, over_chains
+from ._base import ChainKernel, chain_axes, over_chains
 from . import _mile_tuning as tuning
 from ._mile_cost import CostEstimate, estimate_cost, num_grad_evals
 
@@ -77,7 +77,7 @@ class MILEState(NamedTuple):
 
 
 #: vmap axes of a vectorized state: the iteration counter and the data are shared by all chains
-_STATE_AXES = MILEState(None, 0, 0, 0, 0, 0, 0, 0, 0, 0, None)
+_STATE_AXES = chain_axes(MILEState)
 
 
 #: an independent standard-normal coordinate (shape ``(2 - d,)``) that MILE adds to a model with ``d < 2`` latent

@@ -42,6 +42,7 @@ from numpyro.infer.initialization import init_to_uniform
 
 from .._moments import Moments, merge_moments
 from ._langevin import RunningMoments, as_schedule, langevin_move, polynomial_schedule, sgld_transition, welford
+from ._base import chain_axes
 from ._minibatch_kernel import MinibatchKernel
 
 __all__ = ["SGLD", "SGLDConfig", "SGLDState", "RunningMoments", "Moments", "langevin_move", "polynomial_schedule",
@@ -98,7 +99,7 @@ class SGLDConfig(NamedTuple):
 
 
 #: vmap axes of a vectorized state: the iteration counter and the data are shared by all chains
-_STATE_AXES = SGLDState(None, 0, 0, 0, 0, 0, 0, 0, 0, None)
+_STATE_AXES = chain_axes(SGLDState)
 
 
 def sgld_step(state: SGLDState, potential: Callable, config: SGLDConfig,

@@ -51,6 +51,7 @@ from .. import _model_utils as mu
 from ..ensemble import DeepEnsemble
 from . import _mclmc as mclmc
 from . import _smile_tuning as tuner
+from ._base import chain_axes
 from ._minibatch_kernel import MinibatchKernel, as_jax_args
 
 __all__ = ["SMILE", "SMILEConfig", "SMILEState", "smile_step"]
@@ -114,7 +115,7 @@ class SMILEState(NamedTuple):
 
 
 #: vmap axes of a vectorized state: the iteration counter and the data are shared by all chains
-_STATE_AXES = SMILEState(None, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None)
+_STATE_AXES = chain_axes(SMILEState)
 
 
 class SMILEConfig(NamedTuple):
