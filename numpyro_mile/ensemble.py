@@ -26,7 +26,7 @@ import optax
 from numpyro import handlers
 from numpyro.infer.util import constrain_fn
 
-from . import _model_utils as mu
+from . import _model_utils as model_utils
 from . import _programs
 from ._validation import is_concrete, user_stacklevel
 from ._arrays import as_jax_arrays, to_host
@@ -109,7 +109,7 @@ def init_member_params(rng_key, trace: dict) -> dict:
     ``fan_in = prod(shape[:-1])``; sites of lower rank (biases, scalars) start at 0. Shapes are
     the unconstrained ones (``K - 1`` for a ``Dirichlet`` of size ``K``).
     """
-    return _init_params(rng_key, tuple(mu.unconstrained_shapes(trace).items()))
+    return _init_params(rng_key, tuple(model_utils.unconstrained_shapes(trace).items()))
 
 
 def _minibatch_failure(nll, params, data, indices, n) -> str | None:
@@ -154,7 +154,7 @@ def _member_nll(model, plate_name, params, data, indices, num_rows):
     args, kwargs = data
     values = constrain_fn(handlers.seed(model, jax.random.PRNGKey(0)), args, kwargs, params)
     plate_indices = None if indices is None else {plate_name: indices}
-    return -mu.observed_log_likelihood(model, args, kwargs, values, plate_indices) / num_rows
+    return -model_utils.observed_log_likelihood(model, args, kwargs, values, plate_indices) / num_rows
 
 
 class _EpochSetup(NamedTuple):
@@ -279,8 +279,8 @@ def fit_members(
     model_args, model_kwargs = as_jax_arrays(tuple(model_args)), as_jax_arrays(dict(model_kwargs))
     if isinstance(validation, (tuple, list)):
         validation = as_jax_arrays(tuple(validation))
-    trace = mu.trace_model(model, model_args, model_kwargs) if trace is None else trace
-    plate = mu.observation_plate(trace) if plate_name is None else mu.plates(trace).get(plate_name)
+    trace = model_utils.trace_model(model, model_args, model_kwargs) if trace is None else trace
+    plate = model_utils.observation_plate(trace) if plate_name is None else model_utils.plates(trace).get(plate_name)
     if plate is None:
         where = "a plate named 'data' or one plate shared by all observed sites" if plate_name is None else (
             f"a plate named {plate_name!r}")
@@ -289,9 +289,9 @@ def fit_members(
             "the model has none. Pass init_params, or pretrain=False."
         )
     plate_name, n = plate.name, plate.size
-    mu.check_continuous(trace, "deep_ensemble")
+    model_utils.check_continuous(trace, "deep_ensemble")
     data = _programs.split_data(model_args, model_kwargs)
-    shapes = tuple(mu.unconstrained_shapes(trace).items())
+    shapes = tuple(model_utils.unconstrained_shapes(trace).items())
     nll = partial(_member_nll, model, plate_name)
 
     probe_params = jax.eval_shape(lambda k: _init_params(k, shapes), jax.random.PRNGKey(0))
@@ -318,7 +318,7 @@ def fit_members(
     elif isinstance(validation, (tuple, list)):
         val_kind = "data"
         val_data = _programs.split_data(tuple(validation), model_kwargs)
-        n_val = mu.plates(mu.trace_model(model, tuple(validation), model_kwargs))[plate_name].size
+        n_val = model_utils.plates(model_utils.trace_model(model, tuple(validation), model_kwargs))[plate_name].size
     else:
         fraction = float(validation)
         if not 0.0 < fraction < 1.0:
@@ -385,7 +385,7 @@ def fit_members(
         train_loss, val_loss = curves[0], curves[1]
 
     init_params = states.best_params
-    samples = jax.vmap(lambda p: mu.constrain(trace, p))(init_params)
+    samples = jax.vmap(lambda p: model_utils.constrain(trace, p))(init_params)
     return DeepEnsemble(
         init_params=init_params,
         samples=samples,
@@ -484,8 +484,8 @@ def pretraining_plate(trace: dict, plate_name: str | None, kernel_name: str):
     """The plate a kernel's deep-ensemble pretraining would minibatch, or ``None`` (the kernel then starts
     from its ``init_strategy``), warning once with the reason: no single plate holds the observed sites,
     or latent sites lie inside it (one value per row, which a likelihood-only fit cannot estimate)."""
-    plate = mu.observation_plate(trace) if plate_name is None else mu.plates(trace).get(plate_name)
-    observed = list(mu.observed_sites(trace))
+    plate = model_utils.observation_plate(trace) if plate_name is None else model_utils.plates(trace).get(plate_name)
+    observed = list(model_utils.observed_sites(trace))
     if plate is None:
         if observed:
             warnings.warn(
@@ -494,7 +494,7 @@ def pretraining_plate(trace: dict, plate_name: str | None, kernel_name: str):
                 f"{kernel_name}(model, ensemble_options=dict(plate_name=...)), or pass init_params.",
                 UserWarning, stacklevel=user_stacklevel())
         return None
-    local = [name for name, site in mu.latent_sites(trace).items()
+    local = [name for name, site in model_utils.latent_sites(trace).items()
              if any(frame.name == plate.name for frame in site.get("cond_indep_stack", ()))]
     if local:
         warnings.warn(

@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
-from . import _model_utils as mu
+from . import _model_utils as model_utils
 from .predictive import full_plate_model, log_likelihood, predict
 from .sample_store import GROUPS, SampleStore
 
@@ -202,14 +202,14 @@ def to_inference_data(
     trace = None
     if trace_args:
         full = full_plate_model(model, trace_args, kwargs)
-        trace = mu.trace_model(full, trace_args, kwargs)
+        trace = model_utils.trace_model(full, trace_args, kwargs)
     if trace is not None:
-        latent = [name for name in mu.latent_sites(trace) if name in samples]
+        latent = [name for name in model_utils.latent_sites(trace) if name in samples]
         per_obs = {
             name for name, site in trace.items()
             if site["type"] == "deterministic" and site.get("cond_indep_stack")
         }
-        missing = [name for name in mu.latent_sites(trace) if name not in samples]
+        missing = [name for name in model_utils.latent_sites(trace) if name not in samples]
         if missing:
             raise ValueError(f"the samples lack the latent site(s) {missing} of the model.")
     else:
@@ -232,7 +232,7 @@ def to_inference_data(
     if stats:
         groups["sample_stats"] = stats
     if train_args and trace is not None:
-        observed = {name: np.asarray(site["value"]) for name, site in mu.observed_sites(trace).items()}
+        observed = {name: np.asarray(site["value"]) for name, site in model_utils.observed_sites(trace).items()}
         if observed:
             groups["observed_data"] = observed
 

@@ -46,20 +46,20 @@ from numpyro.distributions.transforms import biject_to
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn, potential_energy
 
-from . import _model_utils as mu
+from . import _model_utils as model_utils
 from ._validation import check_init_params, check_plates
 
 __all__ = ["MinibatchModel", "draw_indices", "sample_without_replacement", "subsampled_plates"]
 
 
 
-def subsampled_plates(trace: dict, kernel_name: str = "This kernel") -> tuple[mu.PlateInfo, ...]:
+def subsampled_plates(trace: dict, kernel_name: str = "This kernel") -> tuple[model_utils.PlateInfo, ...]:
     """The plates of ``trace`` that draw a minibatch (``subsample_size < size``), checked.
 
     :raises ValueError: when a plate asks for more rows than it has.
     """
     out = []
-    for info in mu.plates(trace).values():
+    for info in model_utils.plates(trace).values():
         if info.subsample_size is None or info.subsample_size == info.size:
             continue
         if not 0 < info.subsample_size < info.size:
@@ -72,7 +72,7 @@ def subsampled_plates(trace: dict, kernel_name: str = "This kernel") -> tuple[mu
     return tuple(out)
 
 
-def check_observations_indexed(trace: dict, plates: tuple[mu.PlateInfo, ...], kernel_name: str = "This kernel") -> None:
+def check_observations_indexed(trace: dict, plates: tuple[model_utils.PlateInfo, ...], kernel_name: str = "This kernel") -> None:
     """Raise when an observed site in a subsampled plate has more rows along the plate than the minibatch.
 
     Such a site observes the full data instead of the plate's rows (``obs=y`` rather than
@@ -95,7 +95,7 @@ def check_observations_indexed(trace: dict, plates: tuple[mu.PlateInfo, ...], ke
                 raise ValueError(
                     f"{kernel_name}: the observed site {name!r} has {shape[frame.dim]} rows along plate "
                     f"{frame.name!r}, whose minibatch has {sizes[frame.name]}: it observes the full data, not the "
-                    "plate's rows. " + mu.indexing_advice(frame.name, name)
+                    "plate's rows. " + model_utils.indexing_advice(frame.name, name)
                 )
 
 
@@ -126,7 +126,7 @@ def sample_without_replacement(rng_key, size: int, num: int) -> jax.Array:
     return jax.lax.fori_loop(0, num, body, jnp.full((num,), -1, jnp.int32))
 
 
-def draw_indices(plates: tuple[mu.PlateInfo, ...], rng_key) -> dict:
+def draw_indices(plates: tuple[model_utils.PlateInfo, ...], rng_key) -> dict:
     """Fresh row indices for every plate: ``subsample_size`` of ``size`` without replacement.
 
     One key per plate, split from ``rng_key`` in the order of ``plates`` (``rng_key`` itself
@@ -175,20 +175,20 @@ class MinibatchModel:
             # Traced abstractly (jax.eval_shape): no op is executed or compiled; only static
             # facts (plates, supports, shapes) leave this function.
             with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=mu.SUBSAMPLE_MISMATCH)  # reported below, more clearly
-                trace = mu.trace_model(model, tuple(model_args), model_kwargs, key)
+                warnings.filterwarnings("ignore", message=model_utils.SUBSAMPLE_MISMATCH)  # reported below, more clearly
+                trace = model_utils.trace_model(model, tuple(model_args), model_kwargs, key)
             found["plates"] = subsampled_plates(trace, kernel_name)
             check_observations_indexed(trace, found["plates"], kernel_name)
-            mu.check_continuous(trace, kernel_name)
+            model_utils.check_continuous(trace, kernel_name)
             check_plates(trace)  # NumPyro's own model check, as its kernels run it
             found["shapes"] = {
                 name: tuple(jnp.shape(biject_to(site["fn"].support).inv(site["value"])))
-                for name, site in mu.latent_sites(trace).items()
+                for name, site in model_utils.latent_sites(trace).items()
             }
             return jnp.zeros(())
 
         jax.eval_shape(inspect, rng_key)
-        self.plates: tuple[mu.PlateInfo, ...] = found["plates"]
+        self.plates: tuple[model_utils.PlateInfo, ...] = found["plates"]
         #: unconstrained shape of every latent site, in model order
         self.latent_shapes: dict[str, tuple[int, ...]] = found["shapes"]
         if not self.latent_shapes:
@@ -206,7 +206,7 @@ class MinibatchModel:
             raise ValueError(
                 f"{self.kernel_name}: the model failed on a minibatch of {plate.subsample_size} of the "
                 f"{plate.size} rows of plate {plate.name!r} ({type(err).__name__}: {err}). "
-                + mu.indexing_advice(plate.name)
+                + model_utils.indexing_advice(plate.name)
             ) from err
 
     @property
@@ -220,7 +220,7 @@ class MinibatchModel:
 
     def full_model(self) -> Callable:
         """The model with every subsampled plate bound to all of its rows (scale 1)."""
-        return mu.bind_plates(self.model, {p.name: jnp.arange(p.size) for p in self.plates})
+        return model_utils.bind_plates(self.model, {p.name: jnp.arange(p.size) for p in self.plates})
 
     def potential_fn(self, model_args: tuple = (), model_kwargs: dict | None = None) -> Callable:
         """``potential(params, rng_key) -> U~(params)`` on a fresh minibatch drawn from ``rng_key``.
@@ -239,7 +239,7 @@ class MinibatchModel:
         model = self.model
 
         def potential(params, indices):
-            return potential_energy(mu.bind_plates(model, indices), model_args, model_kwargs, params)
+            return potential_energy(model_utils.bind_plates(model, indices), model_args, model_kwargs, params)
 
         return potential
 
@@ -278,7 +278,7 @@ class MinibatchModel:
             seeded = handlers.substitute(handlers.seed(full, subkey), substitute_fn=init_strategy)
             trace = handlers.trace(seeded).get_trace(*model_args, **model_kwargs)
             return {name: biject_to(site["fn"].support).inv(site["value"])
-                    for name, site in mu.latent_sites(trace).items()}
+                    for name, site in model_utils.latent_sites(trace).items()}
 
         return jax.vmap(one)(keys)
 

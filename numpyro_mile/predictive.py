@@ -40,7 +40,7 @@ import numpy as np
 from numpyro.infer import Predictive
 from numpyro.infer.util import log_likelihood as _numpyro_log_likelihood
 
-from . import _model_utils as mu
+from . import _model_utils as model_utils
 from . import _programs
 from ._moments import Moments, merge_moments
 
@@ -86,17 +86,17 @@ def full_plate_model(model: Callable, model_args: tuple = (), model_kwargs: dict
 def _full_plate(model: Callable, model_args: tuple, model_kwargs: dict | None) -> tuple[Callable, dict]:
     """:func:`full_plate_model` and the trace of the original model used to decide."""
     model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
-    trace = mu.trace_model(model, model_args, model_kwargs)
+    trace = model_utils.trace_model(model, model_args, model_kwargs)
     sizes = {
         info.name: info.size
-        for info in mu.plates(trace).values()
+        for info in model_utils.plates(trace).values()
         if info.subsample_size is not None and info.subsample_size != info.size
     }
     if not sizes:
         return model, trace
 
     def build():
-        wrapped = mu.bind_plates(model, {name: jnp.arange(size) for name, size in sizes.items()})
+        wrapped = model_utils.bind_plates(model, {name: jnp.arange(size) for name, size in sizes.items()})
         wrapped.__name__ = getattr(model, "__name__", "model") + "_full_plates"
         wrapped.__wrapped__ = model
         return wrapped

@@ -24,7 +24,7 @@ from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import potential_energy
 from numpyro.primitives import Messenger
 
-from .. import _model_utils as mu
+from .. import _model_utils as model_utils
 from .._validation import check_init_params
 from ..ensemble import init_member_params
 from ..minibatch import MinibatchModel, draw_indices
@@ -153,22 +153,22 @@ class Problem:
     """
 
     def __init__(self, model: Callable, model_args: tuple, model_kwargs: dict, method: str,
-                 plate_name: str = mu.DATA_PLATE):
+                 plate_name: str = model_utils.DATA_PLATE):
         self.model, self.args, self.kwargs, self.method = model, tuple(model_args), dict(model_kwargs), method
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=mu.SUBSAMPLE_MISMATCH)
-            self.trace = mu.trace_model(model, self.args, self.kwargs)
-        plate = mu.plates(self.trace).get(plate_name)
+            warnings.filterwarnings("ignore", message=model_utils.SUBSAMPLE_MISMATCH)
+            self.trace = model_utils.trace_model(model, self.args, self.kwargs)
+        plate = model_utils.plates(self.trace).get(plate_name)
         if plate is None:
             raise ValueError(
                 f"{method} needs the observations in a plate named {plate_name!r} "
                 f"(`with numpyro.plate({plate_name!r}, N): ...`) to know the data size N; the model has none."
             )
-        mu.check_continuous(self.trace, method)
+        model_utils.check_continuous(self.trace, method)
         self.plate_name = plate_name
         self.num_data = plate.size
         self.minibatch = MinibatchModel(model, self.args, self.kwargs, kernel_name=method)
-        self.sites = mu.latent_sites(self.trace)
+        self.sites = model_utils.latent_sites(self.trace)
         if not self.sites:
             raise ValueError(f"{method}: the model has no latent sample sites.")
         self.transforms = {name: biject_to(site["fn"].support) for name, site in self.sites.items()}
@@ -202,12 +202,12 @@ class Problem:
         """Log-likelihood of all observed sites, on a fresh minibatch when the plate subsamples
         (scaled by ``N / n``: an unbiased estimate of the full-data value)."""
         indices = draw_indices(self.minibatch.plates, rng_key)
-        return mu.observed_log_likelihood(self.model, self.args, self.kwargs, self.constrain(unconstrained),
+        return model_utils.observed_log_likelihood(self.model, self.args, self.kwargs, self.constrain(unconstrained),
                                           indices or None)
 
     def row_log_likelihood(self, unconstrained: dict, index) -> jax.Array:
         """``log p(y_i | theta)`` of the single row ``index`` (an integer scalar)."""
-        scaled = mu.observed_log_likelihood(self.model, self.args, self.kwargs, self.constrain(unconstrained),
+        scaled = model_utils.observed_log_likelihood(self.model, self.args, self.kwargs, self.constrain(unconstrained),
                                             {self.plate_name: jnp.reshape(index, (1,))})
         return scaled / self.num_data  # the plate scales one row by N
 

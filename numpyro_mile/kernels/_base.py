@@ -33,7 +33,7 @@ import numpy as np
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.util import is_prng_key
 
-from .. import _model_utils as mu
+from .. import _model_utils as model_utils
 from .. import _programs
 from .._validation import is_concrete
 from ..ensemble import fit_members, pretraining_plate
@@ -170,7 +170,7 @@ class ChainKernel(MCMCKernel):
         with warnings.catch_warnings():
             # the ensemble draws its own minibatches through the plate; NumPyro notes that their size is not the
             # model's subsample_size, which is expected here (the members are the same with or without it)
-            warnings.filterwarnings("ignore", message=mu.SUBSAMPLE_MISMATCH, category=UserWarning)
+            warnings.filterwarnings("ignore", message=model_utils.SUBSAMPLE_MISMATCH, category=UserWarning)
             ensemble = fit_members(self._model, member_keys, model_args, model_kwargs, trace=trace, **options)
         if is_concrete(member_keys):
             self.ensembles.append(ensemble)

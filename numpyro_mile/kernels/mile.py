@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
 
-from .. import _model_utils as mu
+from .. import _model_utils as model_utils
 from .. import _programs
 from .._arrays import chain_mesh_of, default_chain_sharding, place_chains, place_state
 from .._validation import MISSING_PLATE, check_init_params, check_plates, is_concrete
@@ -506,12 +506,12 @@ class MILE(ChainKernel):
             self._data = _programs.split_data((), {})
             return self._init_chains(init_params, state_keys)
 
-        trace = mu.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
-        mu.check_continuous(trace, "MILE")
-        mu.check_full_batch(trace, "MILE")
+        trace = model_utils.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
+        model_utils.check_continuous(trace, "MILE")
+        model_utils.check_full_batch(trace, "MILE")
         check_plates(trace)  # NumPyro's own check, whichever way the chains start
         model = self._model
-        latent_dim = sum(int(np.prod(shape)) for shape in mu.unconstrained_shapes(trace).values())
+        latent_dim = sum(int(np.prod(shape)) for shape in model_utils.unconstrained_shapes(trace).values())
         num_auxiliary = max(0, 2 - latent_dim)
         self._config = self._config._replace(num_auxiliary=num_auxiliary)
         self._data = _programs.split_data(model_args, model_kwargs)
@@ -520,7 +520,7 @@ class MILE(ChainKernel):
             postprocess_gen = lambda *args, **kwargs: partial(  # noqa: E731
                 constrain_fn, model, args, kwargs, return_deterministic=True)
         else:  # no data needed to constrain the draws: nothing of the data enters the collection
-            postprocess_gen = lambda *args, **kwargs: partial(mu.constrain, trace)  # noqa: E731
+            postprocess_gen = lambda *args, **kwargs: partial(model_utils.constrain, trace)  # noqa: E731
         self._postprocess_fn_gen = (postprocess_gen if not num_auxiliary else
                                     lambda *args, **kwargs: without_auxiliary(postprocess_gen(*args, **kwargs)))
 
@@ -688,7 +688,7 @@ class MILE(ChainKernel):
     def _check_init_params(self, init_params, trace, num_chains):
         """User ``init_params`` checked against the model's latent sites, with a leading chain axis."""
         lead = (num_chains,) if self._config.batched else ()
-        init_params = check_init_params(init_params, mu.unconstrained_shapes(trace), lead,
+        init_params = check_init_params(init_params, model_utils.unconstrained_shapes(trace), lead,
                                         hint="a leading axis of size num_chains, then the site's shape" if lead else "")
         return init_params if lead else jax.tree.map(lambda x: x[None], init_params)
 

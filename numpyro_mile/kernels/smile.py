@@ -47,7 +47,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.initialization import init_to_uniform
 
-from .. import _model_utils as mu
+from .. import _model_utils as model_utils
 from ..ensemble import DeepEnsemble
 from . import _mclmc as mclmc
 from . import _smile_tuning as tuner
@@ -364,7 +364,7 @@ class SMILE(MinibatchKernel):
         """:meth:`pretrained_members` for these chains (a chain axis when vectorized), or ``None``."""
         keys, batched = self.split_chains(rng_key)
         model_args, model_kwargs = as_jax_args(model_args, model_kwargs)
-        trace = mu.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
+        trace = model_utils.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
         member_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)  # chain k's member depends on its key only
         params = self.pretrained_members(trace, member_keys, model_args, model_kwargs)
         return params if params is None or batched else jax.tree.map(lambda x: x[0], params)
