@@ -176,7 +176,7 @@ class _EpochSetup(NamedTuple):
     patience: int
 
 
-def _init_program(setup: _EpochSetup) -> Callable:
+def _members_init_program(setup: _EpochSetup) -> Callable:
     """Jitted ``member_keys -> MemberState`` (members first)."""
 
     def init_state(member_key) -> MemberState:
@@ -340,7 +340,7 @@ def fit_members(
 
     setup = _EpochSetup(model, plate_name, n, data.key, val_kind, val_data.key, n_val, shapes, optimizer,
                         full_batch, batch, num_batches, early_stopping, int(patience))
-    init_states = _programs.program(("ensemble-init", setup), lambda: _init_program(setup))
+    init_states = _programs.program(("ensemble-init", setup), lambda: _members_init_program(setup))
     run_epoch = _programs.program(("ensemble-epoch", setup), lambda: _epoch_program(setup))
     num_members = member_keys.shape[0]
     states = init_states(member_keys)

@@ -106,7 +106,7 @@ def without_auxiliary(postprocess: Callable) -> Callable:
     return lambda z: postprocess({name: value for name, value in z.items() if name != AUXILIARY_SITE})
 
 
-def _init_program(target: Callable, is_model: bool, data_key, num_auxiliary: int = 0):
+def _chains_init_program(target: Callable, is_model: bool, data_key, num_auxiliary: int = 0):
     """Jitted ``init_all(params, keys, data_arrays, step_size, L) -> MILEState`` of all chains (chain axis
     first; ``data`` left empty). ``target`` is the model (``is_model``, with ``num_auxiliary`` auxiliary
     coordinates) or the potential function."""
@@ -562,7 +562,7 @@ class MILE(ChainKernel):
         target = self._model if self._potential_fn is None else self._potential_fn
         init_all = _programs.program(
             ("mile-init", target, self._potential_fn is None, self._data.key, config.num_auxiliary),
-            lambda: _init_program(target, self._potential_fn is None, self._data.key, config.num_auxiliary))
+            lambda: _chains_init_program(target, self._potential_fn is None, self._data.key, config.num_auxiliary))
         state = init_all(init_params, state_keys, self._data.arrays,
                          jnp.asarray(self.initial_step_size, flat.dtype), jnp.asarray(initial_L, flat.dtype))
         if not config.batched:
