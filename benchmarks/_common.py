@@ -93,10 +93,12 @@ def load_span(start: float, end: float) -> str:
 def commit() -> str:
     """``<short hash> <subject>`` of the repository's HEAD (plus ``+ uncommitted changes``), or ``unknown``."""
     try:
-        head = subprocess.run(["git", "log", "-1", "--format=%h %s"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "log", "-1", "--format=%h %s"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
         return head + (" (+ uncommitted changes)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -116,13 +118,22 @@ def machine_info() -> dict:
 
     try:
         import blackjax
+
         bj = blackjax.__version__
     except ImportError:  # pragma: no cover
         bj = "not installed"
-    return {**hardware_info(), "python": platform.python_version(), "jax": jax.__version__,
-            "jaxlib": jaxlib.__version__, "numpyro": numpyro.__version__, "blackjax": bj,
-            "jax backend": jax.default_backend(), "device kind": jax.devices()[0].device_kind,
-            "devices": ", ".join(f"{d.platform}:{d.id}" for d in jax.devices()), "commit": commit()}
+    return {
+        **hardware_info(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "numpyro": numpyro.__version__,
+        "blackjax": bj,
+        "jax backend": jax.default_backend(),
+        "device kind": jax.devices()[0].device_kind,
+        "devices": ", ".join(f"{d.platform}:{d.id}" for d in jax.devices()),
+        "commit": commit(),
+    }
 
 
 def machine_summary(info: dict | None = None, *, software: bool = True) -> str:
@@ -131,8 +142,10 @@ def machine_summary(info: dict | None = None, *, software: bool = True) -> str:
     info = info or (machine_info() if software else hardware_info())
     line = f"{info['cpu']}, {info['cores']} cores ({info['usable cores']} usable), {info['memory']} RAM"
     if software:
-        line += (f"; JAX backend {info['jax backend']} ({info['device kind']}); Python {info['python']}, "
-                 f"jax {info['jax']}, numpyro {info['numpyro']}, blackjax {info['blackjax']}")
+        line += (
+            f"; JAX backend {info['jax backend']} ({info['device kind']}); Python {info['python']}, "
+            f"jax {info['jax']}, numpyro {info['numpyro']}, blackjax {info['blackjax']}"
+        )
     return line
 
 
@@ -278,9 +291,15 @@ def argument_parser(doc: str, *, whole_doc: bool = False) -> argparse.ArgumentPa
     return argparse.ArgumentParser(description=doc.split("\n\n")[0])
 
 
-def add_common_options(parser: argparse.ArgumentParser, *, data: str | None = None, output: Path | None = None,
-                       out_dir: Path | None = None, no_write: str | None = None,
-                       render_only: str | None = None) -> argparse.ArgumentParser:
+def add_common_options(
+    parser: argparse.ArgumentParser,
+    *,
+    data: str | None = None,
+    output: Path | None = None,
+    out_dir: Path | None = None,
+    no_write: str | None = None,
+    render_only: str | None = None,
+) -> argparse.ArgumentParser:
     """The options the scripts share, each added where its argument is given:
 
     - ``data``: ``--data DIR``, the folder with the files named by ``data`` (default ``None``: resolve it with
@@ -291,8 +310,9 @@ def add_common_options(parser: argparse.ArgumentParser, *, data: str | None = No
     - ``render_only``: ``--render-only``, with ``render_only`` as its help (what it renders from what).
     """
     if data is not None:
-        parser.add_argument("--data", default=None, help=f"folder with {data} (default: $NUMPYRO_MILE_DATA, else "
-                                                         "../shared/data/uci)")
+        parser.add_argument(
+            "--data", default=None, help=f"folder with {data} (default: $NUMPYRO_MILE_DATA, else ../shared/data/uci)"
+        )
     if output is not None:
         parser.add_argument("--output", default=str(output), help=f"the report (default {_shown(output)})")
     if out_dir is not None:
@@ -321,8 +341,9 @@ def command_line(script: str | os.PathLike | None = None, argv: Sequence[str] | 
 
 
 # ============================================================================ reports
-def markdown_table(header: list[str], rows: list[list], align: str | None = None, *,
-                   compact: bool = False) -> list[str]:
+def markdown_table(
+    header: list[str], rows: list[list], align: str | None = None, *, compact: bool = False
+) -> list[str]:
     """A markdown table; ``align`` is one character per column (``l`` or ``r``; default: first left, rest right).
 
     ``compact``: the rule row without spaces (``|---|---:|``), as most pages have it."""
@@ -330,7 +351,8 @@ def markdown_table(header: list[str], rows: list[list], align: str | None = None
     rule = ["---" if a == "l" else "---:" for a in align]
     rule_line = "|" + "|".join(rule) + "|" if compact else "| " + " | ".join(rule) + " |"
     return ["| " + " | ".join(header) + " |", rule_line] + [
-        "| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+        "| " + " | ".join(str(c) for c in row) + " |" for row in rows
+    ]
 
 
 def pyplot():
@@ -353,12 +375,15 @@ def read_csv(path: str | os.PathLike, *, missing_ok: bool = False) -> list[dict]
 
 
 def _csv_row(row: dict, fields: Sequence[str], float_format: str | None) -> dict:
-    return {k: (format(row[k], float_format) if float_format and isinstance(row.get(k), float) else row.get(k, ""))
-            for k in fields}
+    return {
+        k: (format(row[k], float_format) if float_format and isinstance(row.get(k), float) else row.get(k, ""))
+        for k in fields
+    }
 
 
-def write_csv(path: str | os.PathLike, rows: list[dict], fields: Sequence[str], *,
-              float_format: str | None = None) -> None:
+def write_csv(
+    path: str | os.PathLike, rows: list[dict], fields: Sequence[str], *, float_format: str | None = None
+) -> None:
     """``rows`` as a CSV file with the columns ``fields`` (a missing value blank, other keys dropped); floats
     written with ``float_format`` (e.g. ``".6g"``) where given."""
     with Path(path).open("w", newline="") as f:
@@ -367,8 +392,9 @@ def write_csv(path: str | os.PathLike, rows: list[dict], fields: Sequence[str], 
         writer.writerows(_csv_row(r, fields, float_format) for r in rows)
 
 
-def append_csv(path: str | os.PathLike, rows: list[dict], fields: Sequence[str], *,
-               float_format: str | None = None) -> None:
+def append_csv(
+    path: str | os.PathLike, rows: list[dict], fields: Sequence[str], *, float_format: str | None = None
+) -> None:
     """Append ``rows`` to a CSV file (the header first when the file is new); a file written with another column
     list (an older version of the script) is rewritten first with ``fields`` (values it lacks blank)."""
     path = Path(path)

@@ -89,8 +89,9 @@ def authors_config(args: dict) -> Path:
     config["rng"] = int(args["seed"])
     config["logging"] = True
     sampler = config["training"]["sampler"]
-    sampler.update(warmup_steps=args["warmup"], n_chains=args["chains"], n_samples=args["samples"],
-                   n_thinning=args["thinning"])
+    sampler.update(
+        warmup_steps=args["warmup"], n_chains=args["chains"], n_samples=args["samples"], n_thinning=args["thinning"]
+    )
     (work / "config.yaml").write_text(yaml.safe_dump(config))
     return work / "config.yaml"
 
@@ -104,8 +105,14 @@ def split(args: dict) -> dict:
 
     cfg = Config.from_file(path)
     loader = TabularLoader(config=cfg.data, rng=cfg.jax_rng, target_len=cfg.data.target_len)
-    np.savez(path.parent / "split.npz", **{f"{part}_{xy}": np.asarray(getattr(loader, f"{part}_{xy}"))
-                                           for part in ("train", "valid", "test") for xy in ("x", "y")})
+    np.savez(
+        path.parent / "split.npz",
+        **{
+            f"{part}_{xy}": np.asarray(getattr(loader, f"{part}_{xy}"))
+            for part in ("train", "valid", "test")
+            for xy in ("x", "y")
+        },
+    )
     return {}
 
 
@@ -122,8 +129,12 @@ def authors(args: dict) -> dict:
     out = fit_clock()
     # their ``measure_time`` logs "time.<phase> took <seconds> seconds." into the experiment's training.log
     phases = dict(re.findall(r"time\.(\w+) took ([0-9.]+) seconds", (cfg.experiment_dir / "training.log").read_text()))
-    out.update(compile_s=compiled["seconds"], compiles=compiled["count"],
-               ensemble_s=float(phases["warmstart"]), sampler_s=float(phases["sampling"]))
+    out.update(
+        compile_s=compiled["seconds"],
+        compiles=compiled["count"],
+        ensemble_s=float(phases["warmstart"]),
+        sampler_s=float(phases["sampling"]),
+    )
 
     import jax.numpy as jnp
     import numpy as np
@@ -135,8 +146,12 @@ def authors(args: dict) -> dict:
     samples = load_samples_from_dir(cfg.experiment_dir / "samples", tree_path=cfg.experiment_dir / "tree")
     raw = predict_bde(samples, cfg.get_flax_model(), loader.test_x, loader.test_y, batch_size=None, verbose=False)
     raw = np.asarray(raw).reshape(-1, raw.shape[-2], 2)  # (chains * draws, n_test, 2)
-    np.savez(work / "predictions.npz", mu=raw[..., 0], sigma=np.asarray(jnp.exp(raw[..., 1]).clip(1e-6, 1e6)),
-             y=np.asarray(loader.test_y))
+    np.savez(
+        work / "predictions.npz",
+        mu=raw[..., 0],
+        sigma=np.asarray(jnp.exp(raw[..., 1]).clip(1e-6, 1e6)),
+        y=np.asarray(loader.test_y),
+    )
     out["devices_used"] = len(__import__("jax").devices())
     return out
 
@@ -153,9 +168,19 @@ def bde(args: dict) -> dict:
     split = np.load(args["split"])
     x, y = split["train_x"], split["train_y"]
     regressor = BdeRegressor(
-        hidden_layers=HIDDEN, n_members=int(args["chains"]), seed=int(args["seed"]), loss=GaussianNLL(),
-        epochs=500, patience=10, validation_split=len(split["valid_y"]) / len(y), lr=1e-3, weight_decay=1e-3,
-        warmup_steps=int(args["warmup"]), n_samples=int(args["samples"]), n_thinning=int(args["thinning"]))
+        hidden_layers=HIDDEN,
+        n_members=int(args["chains"]),
+        seed=int(args["seed"]),
+        loss=GaussianNLL(),
+        epochs=500,
+        patience=10,
+        validation_split=len(split["valid_y"]) / len(y),
+        lr=1e-3,
+        weight_decay=1e-3,
+        warmup_steps=int(args["warmup"]),
+        n_samples=int(args["samples"]),
+        n_thinning=int(args["thinning"]),
+    )
     build_log_post, marks = regressor._build_log_post, []
 
     def ensemble_done(*a, **k):  # ``fit`` calls it right after training the members
@@ -167,13 +192,21 @@ def bde(args: dict) -> dict:
     regressor.fit(x=jax.numpy.asarray(x), y=jax.numpy.asarray(y))
     jax.block_until_ready(regressor.positions_eT_)
     out = fit_clock()
-    out.update(compile_s=compiled["seconds"], compiles=compiled["count"], ensemble_s=marks[0] - fit_start,
-               sampler_s=time.perf_counter() - marks[0])
+    out.update(
+        compile_s=compiled["seconds"],
+        compiles=compiled["count"],
+        ensemble_s=marks[0] - fit_start,
+        sampler_s=time.perf_counter() - marks[0],
+    )
 
     raw = np.asarray(regressor.predict(jax.numpy.asarray(split["test_x"]), raw=True))
     raw = raw.reshape(-1, raw.shape[-2], 2)  # (members * draws, n_test, 2)
-    np.savez(Path(args["workdir"]) / "predictions.npz", mu=raw[..., 0],
-             sigma=np.asarray(jax.nn.softplus(raw[..., 1]) + 1e-6), y=split["test_y"])
+    np.savez(
+        Path(args["workdir"]) / "predictions.npz",
+        mu=raw[..., 0],
+        sigma=np.asarray(jax.nn.softplus(raw[..., 1]) + 1e-6),
+        y=split["test_y"],
+    )
     out["devices_used"] = len(jax.devices())
     return out
 
@@ -196,26 +229,48 @@ def ours(args: dict) -> dict:
     if args.get("init_npz"):
         init_params = {k: np.asarray(v) for k, v in np.load(args["init_npz"]).items()}
     kernel = MILE(mlp_regression, ensemble_options=dict(validation=(split["valid_x"], split["valid_y"])))
-    mcmc = MCMC(kernel, num_warmup=int(args["warmup"]), num_samples=int(args["samples"]),
-                thinning=int(args["thinning"]), num_chains=int(args["chains"]), chain_method="vectorized")
+    mcmc = MCMC(
+        kernel,
+        num_warmup=int(args["warmup"]),
+        num_samples=int(args["samples"]),
+        thinning=int(args["thinning"]),
+        num_chains=int(args["chains"]),
+        chain_method="vectorized",
+    )
     if args.get("progress_bar") is not None:
         mcmc.progress_bar = bool(args["progress_bar"])
     run_start = time.perf_counter()
-    mcmc.run(jax.random.PRNGKey(int(args["seed"]) + int(args.get("key_offset", 0))), split["train_x"],
-             split["train_y"], hidden=tuple(HIDDEN), init_params=init_params)
+    mcmc.run(
+        jax.random.PRNGKey(int(args["seed"]) + int(args.get("key_offset", 0))),
+        split["train_x"],
+        split["train_y"],
+        hidden=tuple(HIDDEN),
+        init_params=init_params,
+    )
     samples = jax.block_until_ready(mcmc.get_samples())
     out = fit_clock()
     ensemble_s = kernel.ensembles[-1].fit_seconds if kernel.ensembles else 0.0
     if kernel.ensembles:  # the members, for the authors' sampler from our ensemble (``authors_sampler``)
-        np.savez(Path(args["workdir"]) / "ensemble.npz",
-                 **{k: np.asarray(v) for k, v in kernel.ensembles[-1].init_params.items()})
-    out.update(compile_s=compiled["seconds"], compiles=compiled["count"], ensemble_s=ensemble_s,
-               sampler_s=time.perf_counter() - run_start - ensemble_s)
+        np.savez(
+            Path(args["workdir"]) / "ensemble.npz",
+            **{k: np.asarray(v) for k, v in kernel.ensembles[-1].init_params.items()},
+        )
+    out.update(
+        compile_s=compiled["seconds"],
+        compiles=compiled["count"],
+        ensemble_s=ensemble_s,
+        sampler_s=time.perf_counter() - run_start - ensemble_s,
+    )
 
     pred = Predictive(mlp_regression, samples, return_sites=["mu", "sigma"])(
-        jax.random.PRNGKey(0), split["test_x"], hidden=tuple(HIDDEN))
-    np.savez(Path(args["workdir"]) / "predictions.npz", mu=np.asarray(pred["mu"]), sigma=np.asarray(pred["sigma"]),
-             y=split["test_y"])
+        jax.random.PRNGKey(0), split["test_x"], hidden=tuple(HIDDEN)
+    )
+    np.savez(
+        Path(args["workdir"]) / "predictions.npz",
+        mu=np.asarray(pred["mu"]),
+        sigma=np.asarray(pred["sigma"]),
+        y=split["test_y"],
+    )
     out["devices_used"] = len(jax.devices())
     return out
 
@@ -227,8 +282,11 @@ def authors_members(folder: str) -> dict:
 
     files = sorted(Path(folder).glob("params_*.npz"), key=lambda f: int(f.stem.split("_")[1]))
     members = [np.load(f) for f in files]
-    return {f"{short}{i}": np.stack([m[f"fcn.layer{i}.{long}"] for m in members])
-            for i in range(len(HIDDEN) + 1) for short, long in (("w", "kernel"), ("b", "bias"))}
+    return {
+        f"{short}{i}": np.stack([m[f"fcn.layer{i}.{long}"] for m in members])
+        for i in range(len(HIDDEN) + 1)
+        for short, long in (("w", "kernel"), ("b", "bias"))
+    }
 
 
 def authors_sampler(args: dict) -> dict:
@@ -255,13 +313,21 @@ def authors_sampler(args: dict) -> dict:
         return trainer.prob_model.log_unnormalized_posterior(position, x=loader.train_x, y=loader.train_y)
 
     members = np.load(args["init"])
-    init = {"fcn": {f"layer{i}": {"kernel": jnp.asarray(members[f"w{i}"]), "bias": jnp.asarray(members[f"b{i}"])}
-                    for i in range(len(HIDDEN) + 1)}}
-    warmup = custom_mclmc_warmup(log_post, diagonal_preconditioning=s.diagonal_preconditioning,
-                                 desired_energy_var_start=s.desired_energy_var_start,
-                                 desired_energy_var_end=s.desired_energy_var_end,
-                                 trust_in_estimate=s.trust_in_estimate,
-                                 num_effective_samples=s.num_effective_samples, step_size_init=s.step_size_init)
+    init = {
+        "fcn": {
+            f"layer{i}": {"kernel": jnp.asarray(members[f"w{i}"]), "bias": jnp.asarray(members[f"b{i}"])}
+            for i in range(len(HIDDEN) + 1)
+        }
+    }
+    warmup = custom_mclmc_warmup(
+        log_post,
+        diagonal_preconditioning=s.diagonal_preconditioning,
+        desired_energy_var_start=s.desired_energy_var_start,
+        desired_energy_var_end=s.desired_energy_var_end,
+        trust_in_estimate=s.trust_in_estimate,
+        num_effective_samples=s.num_effective_samples,
+        step_size_init=s.step_size_init,
+    )
     thin = int(args["thinning"])
 
     def chain(key, position):
@@ -274,18 +340,28 @@ def authors_sampler(args: dict) -> dict:
             return state, state.position
 
         _, draws = jax.lax.scan(one, state, jax.random.split(sample_key, int(args["samples"])))
-        return jax.tree_util.tree_map(lambda d: d[thin - 1::thin], draws), params.step_size, params.L
+        return jax.tree_util.tree_map(lambda d: d[thin - 1 :: thin], draws), params.step_size, params.L
 
     keys = jax.random.split(jax.random.PRNGKey(int(args["seed"])), int(args["chains"]))
     draws, step_size, L = jax.block_until_ready(jax.jit(jax.vmap(chain))(keys, init))
     out = fit_clock()
-    out.update(compile_s=compiled["seconds"], compiles=compiled["count"], ensemble_s=0.0,
-               sampler_s=out["fit_wall"], step_size=float(jnp.mean(step_size)), L=float(jnp.mean(L)))
+    out.update(
+        compile_s=compiled["seconds"],
+        compiles=compiled["count"],
+        ensemble_s=0.0,
+        sampler_s=out["fit_wall"],
+        step_size=float(jnp.mean(step_size)),
+        L=float(jnp.mean(L)),
+    )
     module = cfg.get_flax_model()
     flat = jax.tree_util.tree_map(lambda d: d.reshape((-1,) + d.shape[2:]), draws)
     raw = np.asarray(jax.vmap(lambda p: module.apply({"params": p}, loader.test_x))(flat))
-    np.savez(work / "predictions.npz", mu=raw[..., 0], sigma=np.asarray(jnp.exp(raw[..., 1]).clip(1e-6, 1e6)),
-             y=np.asarray(loader.test_y))
+    np.savez(
+        work / "predictions.npz",
+        mu=raw[..., 0],
+        sigma=np.asarray(jnp.exp(raw[..., 1]).clip(1e-6, 1e6)),
+        y=np.asarray(loader.test_y),
+    )
     return out
 
 
@@ -311,12 +387,24 @@ def bde_estimator(args: dict) -> dict:
     x_mean, x_std = data["train_x"].mean(0), data["train_x"].std(0) + 1e-12
     y = data["train_y"]
     y_mean, y_std = (y.mean(), y.std()) if regression else (0.0, 1.0)
-    settings = dict(hidden_layers=HIDDEN, n_members=int(args["chains"]), seed=int(args["seed"]), epochs=500,
-                    patience=10, validation_split=0.1, lr=1e-3, weight_decay=1e-3, warmup_steps=int(args["warmup"]),
-                    n_samples=int(args["samples"]), n_thinning=int(args["thinning"]))
+    settings = dict(
+        hidden_layers=HIDDEN,
+        n_members=int(args["chains"]),
+        seed=int(args["seed"]),
+        epochs=500,
+        patience=10,
+        validation_split=0.1,
+        lr=1e-3,
+        weight_decay=1e-3,
+        warmup_steps=int(args["warmup"]),
+        n_samples=int(args["samples"]),
+        n_thinning=int(args["thinning"]),
+    )
     estimator = (BdeRegressor if regression else BdeClassifier)(**settings)
-    estimator.fit(jax.numpy.asarray((data["train_x"] - x_mean) / x_std),
-                  jax.numpy.asarray((y - y_mean) / y_std if regression else y))
+    estimator.fit(
+        jax.numpy.asarray((data["train_x"] - x_mean) / x_std),
+        jax.numpy.asarray((y - y_mean) / y_std if regression else y),
+    )
     jax.block_until_ready(estimator.positions_eT_)
     out = fit_clock()
     out.update(compile_s=compiled["seconds"], compiles=compiled["count"])
@@ -347,8 +435,12 @@ def ours_estimator(args: dict) -> dict:
 
     data, regression = estimator_data(args)
     estimator = (MILERegressor if regression else MILEClassifier)(
-        num_chains=int(args["chains"]), num_warmup=int(args["warmup"]), num_samples=int(args["samples"]),
-        thinning=int(args["thinning"]), random_state=int(args["seed"]))
+        num_chains=int(args["chains"]),
+        num_warmup=int(args["warmup"]),
+        num_samples=int(args["samples"]),
+        thinning=int(args["thinning"]),
+        random_state=int(args["seed"]),
+    )
     estimator.fit(data["train_x"], data["train_y"])
     out = fit_clock()
     out.update(compile_s=compiled["seconds"], compiles=compiled["count"])
@@ -364,6 +456,13 @@ def ours_estimator(args: dict) -> dict:
 
 if __name__ == "__main__":
     which, path = sys.argv[1], sys.argv[2]
-    result = {"split": split, "authors": authors, "bde": bde, "ours": ours, "authors_sampler": authors_sampler,
-              "bde_estimator": bde_estimator, "ours_estimator": ours_estimator}[which](json.loads(Path(path).read_text()))
+    result = {
+        "split": split,
+        "authors": authors,
+        "bde": bde,
+        "ours": ours,
+        "authors_sampler": authors_sampler,
+        "bde_estimator": bde_estimator,
+        "ours_estimator": ours_estimator,
+    }[which](json.loads(Path(path).read_text()))
     print("RESULT " + json.dumps(result), flush=True)

@@ -37,8 +37,20 @@ import numpy as np
 import optax
 from numpyro.infer import MCMC
 
-from _common import (ROOT, add_common_options, argument_parser, data_dir, finished, load_average, machine_summary,
-                     markdown_table, pyplot, read_csv, timed, write_csv)
+from _common import (
+    ROOT,
+    add_common_options,
+    argument_parser,
+    data_dir,
+    finished,
+    load_average,
+    machine_summary,
+    markdown_table,
+    pyplot,
+    read_csv,
+    timed,
+    write_csv,
+)
 
 OUT = ROOT / "docs" / "benchmarks" / "calibration"
 BATCH = 64
@@ -48,8 +60,9 @@ METHODS = ("MAP", "VI", "MC-dropout", "Laplace", "DE", "SGLD", "ICSGLD", "MILE")
 
 def parse_args(argv=None):
     p = argument_parser(__doc__)
-    p.add_argument("--datasets", nargs="+", default=["digits", "ionosphere"],
-                   choices=["digits", "ionosphere", "mnist1d"])
+    p.add_argument(
+        "--datasets", nargs="+", default=["digits", "ionosphere"], choices=["digits", "ionosphere", "mnist1d"]
+    )
     add_common_options(p, data="ionosphere.data")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split and of every method")
     p.add_argument("--hidden", type=int, nargs="+", default=[16, 16])
@@ -63,14 +76,19 @@ def parse_args(argv=None):
     p.add_argument("--mile-warmup", type=int, default=4000)
     p.add_argument("--mile-samples", type=int, default=1000)
     p.add_argument("--thinning", type=int, default=10, help="thinning of MILE; SGLD uses samples / 100")
-    add_common_options(p, out_dir=OUT, no_write="run and return the rows, write no files",
-                       render_only="rewrite results.md from an existing results.csv (same settings), running nothing")
+    add_common_options(
+        p,
+        out_dir=OUT,
+        no_write="run and return the rows, write no files",
+        render_only="rewrite results.md from an existing results.csv (same settings), running nothing",
+    )
     return p.parse_args(argv)
 
 
 def read_rows(path: Path) -> list[dict]:
-    return [{k: (v if k in ("dataset", "method", "budget") else float(v)) for k, v in r.items()}
-            for r in read_csv(path)]
+    return [
+        {k: (v if k in ("dataset", "method", "budget") else float(v)) for k, v in r.items()} for r in read_csv(path)
+    ]
 
 
 def load(name: str, seed: int, folder):
@@ -107,10 +125,17 @@ def calibration_row(p_val, y_val, p_test, y_test) -> dict:
     logits_test = np.log(np.maximum(p_test, 1e-300))
     T = metrics.fit_temperature(logits_val, y_val)
     p_ts = metrics.apply_temperature(logits_test, T)
-    row = dict(accuracy=metrics.accuracy(p_test, y_test), nll=metrics.nll(p_test, y_test),
-               ece=metrics.ece(p_test, y_test, NUM_BINS), mce=metrics.mce(p_test, y_test, NUM_BINS), temperature=T,
-               accuracy_ts=metrics.accuracy(p_ts, y_test), nll_ts=metrics.nll(p_ts, y_test),
-               ece_ts=metrics.ece(p_ts, y_test, NUM_BINS), mce_ts=metrics.mce(p_ts, y_test, NUM_BINS))
+    row = dict(
+        accuracy=metrics.accuracy(p_test, y_test),
+        nll=metrics.nll(p_test, y_test),
+        ece=metrics.ece(p_test, y_test, NUM_BINS),
+        mce=metrics.mce(p_test, y_test, NUM_BINS),
+        temperature=T,
+        accuracy_ts=metrics.accuracy(p_ts, y_test),
+        nll_ts=metrics.nll(p_ts, y_test),
+        ece_ts=metrics.ece(p_ts, y_test, NUM_BINS),
+        mce_ts=metrics.mce(p_ts, y_test, NUM_BINS),
+    )
     return row, p_ts
 
 
@@ -136,31 +161,59 @@ def run_dataset(name: str, args) -> tuple[list[dict], dict, dict, np.ndarray]:
     map_post = post
     q, (s, c) = timed(lambda: approx.fit_vi(model, key, X, y, optimizer=opt, num_steps=args.steps, **mb))
     runs["VI"] = (q.sample(jax.random.fold_in(key, 1), args.nst), None, s, c, f"{args.steps} SVI steps, nst={args.nst}")
-    q, (s, c) = timed(lambda: approx.fit_mc_dropout(model, key, X, y, drop_prob=args.drop_prob, optimizer=opt,
-                                                    num_steps=args.steps, **mb))
-    runs["MC-dropout"] = (q.sample(jax.random.fold_in(key, 2), args.nst), None, s, c,
-                          f"{args.steps} steps, p={args.drop_prob}, nst={args.nst}")
+    q, (s, c) = timed(
+        lambda: approx.fit_mc_dropout(
+            model, key, X, y, drop_prob=args.drop_prob, optimizer=opt, num_steps=args.steps, **mb
+        )
+    )
+    runs["MC-dropout"] = (
+        q.sample(jax.random.fold_in(key, 2), args.nst),
+        None,
+        s,
+        c,
+        f"{args.steps} steps, p={args.drop_prob}, nst={args.nst}",
+    )
     q, (s, c) = timed(lambda: approx.fit_laplace(model, key, X, y, map_params=map_post.loc, **kwargs))
-    runs["Laplace"] = (q.sample(jax.random.fold_in(key, 3), args.nst), None, runs["MAP"][2] + s,
-                       runs["MAP"][3] + c, f"MAP + Fisher over {n} rows, nst={args.nst}")
+    runs["Laplace"] = (
+        q.sample(jax.random.fold_in(key, 3), args.nst),
+        None,
+        runs["MAP"][2] + s,
+        runs["MAP"][3] + c,
+        f"MAP + Fisher over {n} rows, nst={args.nst}",
+    )
     print(f"[{name}] approx done", flush=True)
 
-    de, (s, c) = timed(lambda: deep_ensemble(model, jax.random.fold_in(key, 4), K, X, y, validation=(X_val, y_val),
-                                             progress_bar=False, **kwargs))
+    de, (s, c) = timed(
+        lambda: deep_ensemble(
+            model, jax.random.fold_in(key, 4), K, X, y, validation=(X_val, y_val), progress_bar=False, **kwargs
+        )
+    )
     runs["DE"] = (de.samples, None, s, c, f"K={K}, {int(np.max(de.num_epochs))} epochs max")
 
     eps = args.sgld_step / n
     sg_thin = max(1, args.sgld_samples // 100)
 
     def sgld():
-        mcmc = MCMC(SGLD(model, eps), num_warmup=args.sgld_warmup, num_samples=args.sgld_samples,
-                    num_chains=K, thinning=sg_thin, chain_method="vectorized", progress_bar=False)
+        mcmc = MCMC(
+            SGLD(model, eps),
+            num_warmup=args.sgld_warmup,
+            num_samples=args.sgld_samples,
+            num_chains=K,
+            thinning=sg_thin,
+            chain_method="vectorized",
+            progress_bar=False,
+        )
         mcmc.run(jax.random.fold_in(key, 5), X, y, init_params=de.init_params, **mb)
         return finished(mcmc)
 
     mcmc, (s, c) = timed(sgld)
-    runs["SGLD"] = (mcmc.get_samples(), None, s, c,
-                    f"eps={eps:.2g}, {args.sgld_warmup}+{args.sgld_samples} steps x {K} chains, thin {sg_thin}")
+    runs["SGLD"] = (
+        mcmc.get_samples(),
+        None,
+        s,
+        c,
+        f"eps={eps:.2g}, {args.sgld_warmup}+{args.sgld_samples} steps x {K} chains, thin {sg_thin}",
+    )
 
     potential = MinibatchModel(model, (X, y), kwargs).full_potential_fn((X, y), kwargs)
     energies = np.asarray(jax.vmap(potential)(de.init_params))
@@ -169,24 +222,48 @@ def run_dataset(name: str, args) -> tuple[list[dict], dict, dict, np.ndarray]:
 
     def icsgld():
         kernel = ICSGLD(model, eps, zeta=1.0, num_bins=bins, bin_width=width, min_energy=low)
-        mcmc = MCMC(kernel, num_warmup=args.sgld_warmup, num_samples=args.sgld_samples, num_chains=K,
-                    thinning=sg_thin, chain_method="vectorized", progress_bar=False)
+        mcmc = MCMC(
+            kernel,
+            num_warmup=args.sgld_warmup,
+            num_samples=args.sgld_samples,
+            num_chains=K,
+            thinning=sg_thin,
+            chain_method="vectorized",
+            progress_bar=False,
+        )
         mcmc.run(jax.random.fold_in(key, 6), X, y, init_params=de.init_params, **mb)
         return finished(mcmc)
 
     mcmc, (s, c) = timed(icsgld)
-    runs["ICSGLD"] = (mcmc.get_samples(), importance_weights(mcmc), s, c,
-                      f"as SGLD, zeta=1, {bins} bins of {width:.3g} from {low:.4g}")
+    runs["ICSGLD"] = (
+        mcmc.get_samples(),
+        importance_weights(mcmc),
+        s,
+        c,
+        f"as SGLD, zeta=1, {bins} bins of {width:.3g} from {low:.4g}",
+    )
 
     def mile():
-        mcmc = MCMC(MILE(model), num_warmup=args.mile_warmup, num_samples=args.mile_samples, num_chains=K,
-                    thinning=args.thinning, chain_method="vectorized", progress_bar=False)
+        mcmc = MCMC(
+            MILE(model),
+            num_warmup=args.mile_warmup,
+            num_samples=args.mile_samples,
+            num_chains=K,
+            thinning=args.thinning,
+            chain_method="vectorized",
+            progress_bar=False,
+        )
         mcmc.run(jax.random.fold_in(key, 7), X, y, init_params=de.init_params, **kwargs)
         return finished(mcmc)
 
     mcmc, (s, c) = timed(mile)
-    runs["MILE"] = (mcmc.get_samples(), None, s, c,
-                    f"{args.mile_warmup}+{args.mile_samples} steps x {K} chains, thin {args.thinning}")
+    runs["MILE"] = (
+        mcmc.get_samples(),
+        None,
+        s,
+        c,
+        f"{args.mile_warmup}+{args.mile_samples} steps x {K} chains, thin {args.thinning}",
+    )
     print(f"[{name}] samplers done", flush=True)
 
     rows, before, after = [], {}, {}
@@ -196,22 +273,49 @@ def run_dataset(name: str, args) -> tuple[list[dict], dict, dict, np.ndarray]:
         p_test = predictive_mean(sample_probs(model, samples, X_test, **kwargs), weights)
         row, p_ts = calibration_row(p_val, y_val, p_test, y_test)
         num = int(jax.tree.leaves(samples)[0].shape[0])
-        rows.append(dict(dataset=name, method=method, **row, seconds=seconds, cpu_seconds=cpu, num_samples=num,
-                         budget=budget, load_avg=round(load_before, 2)))
+        rows.append(
+            dict(
+                dataset=name,
+                method=method,
+                **row,
+                seconds=seconds,
+                cpu_seconds=cpu,
+                num_samples=num,
+                budget=budget,
+                load_avg=round(load_before, 2),
+            )
+        )
         before[method], after[method] = p_test, p_ts
-        print(f"[{name}] {method:10s} acc {row['accuracy']:.3f} nll {row['nll']:.3f} ece {row['ece']:.3f} "
-              f"-> T {row['temperature']:.2f} nll {row['nll_ts']:.3f} ece {row['ece_ts']:.3f} ({seconds:.1f} s)",
-              flush=True)
+        print(
+            f"[{name}] {method:10s} acc {row['accuracy']:.3f} nll {row['nll']:.3f} ece {row['ece']:.3f} "
+            f"-> T {row['temperature']:.2f} nll {row['nll_ts']:.3f} ece {row['ece_ts']:.3f} ({seconds:.1f} s)",
+            flush=True,
+        )
     return rows, before, after, y_test
 
 
-COLUMNS = ["dataset", "method", "accuracy", "nll", "ece", "mce", "temperature", "accuracy_ts", "nll_ts", "ece_ts",
-           "mce_ts", "seconds", "cpu_seconds", "num_samples", "budget", "load_avg"]
+COLUMNS = [
+    "dataset",
+    "method",
+    "accuracy",
+    "nll",
+    "ece",
+    "mce",
+    "temperature",
+    "accuracy_ts",
+    "nll_ts",
+    "ece_ts",
+    "mce_ts",
+    "seconds",
+    "cpu_seconds",
+    "num_samples",
+    "budget",
+    "load_avg",
+]
 
 
 def markdown(all_rows: list[dict], args, machine: str) -> str:
-    loads = ", ".join(f"{name} {r['load_avg']}" for name, r in
-                      {r["dataset"]: r for r in all_rows}.items())
+    loads = ", ".join(f"{name} {r['load_avg']}" for name, r in {r["dataset"]: r for r in all_rows}.items())
     total = sum(float(r["seconds"]) for r in all_rows)
     lines = [
         "# Calibration study: BayesDLL baselines beside the samplers",
@@ -235,29 +339,72 @@ def markdown(all_rows: list[dict], args, machine: str) -> str:
         "",
     ]
     for name in dict.fromkeys(r["dataset"] for r in all_rows):
-        rows = [[r["method"], f"{r['accuracy']:.3f}", f"{r['nll']:.3f}", f"{r['ece']:.3f}", f"{r['mce']:.3f}",
-                 f"{r['temperature']:.2f}", f"{r['nll_ts']:.3f}", f"{r['ece_ts']:.3f}", f"{r['mce_ts']:.3f}",
-                 f"{r['seconds']:.1f} ({r['cpu_seconds']:.1f})", r["budget"]]
-                for r in all_rows if r["dataset"] == name]
+        rows = [
+            [
+                r["method"],
+                f"{r['accuracy']:.3f}",
+                f"{r['nll']:.3f}",
+                f"{r['ece']:.3f}",
+                f"{r['mce']:.3f}",
+                f"{r['temperature']:.2f}",
+                f"{r['nll_ts']:.3f}",
+                f"{r['ece_ts']:.3f}",
+                f"{r['mce_ts']:.3f}",
+                f"{r['seconds']:.1f} ({r['cpu_seconds']:.1f})",
+                r["budget"],
+            ]
+            for r in all_rows
+            if r["dataset"] == name
+        ]
         lines += [f"## {name}", ""] + markdown_table(
-            ["method", "accuracy", "NLL", "ECE", "MCE", "T", "NLL (TS)", "ECE (TS)", "MCE (TS)", "time s (CPU s)",
-             "budget"], rows, "lrrrrrrrrrl", compact=True)
-        lines += ["", f"Reliability diagrams, before (`reliability_{name}.png`) and after temperature scaling "
-                  f"(`reliability_{name}_ts.png`):", "",
-                  f"![{name}](reliability_{name}.png)", "", f"![{name} TS](reliability_{name}_ts.png)", ""]
-    at_bound = [f"{r['method']} on {r['dataset']} (T = {r['temperature']:.3g})" for r in all_rows
-                if not 0.015 < r["temperature"] < 70.0]  # within a factor 1.5 of a search bound
-    lines += ["## Notes", "",
-              "- Diagonal Laplace samples the weights themselves. At a well-fitted MAP the per-example gradients "
-              "are small, so the empirical Fisher (which underestimates the curvature there, unlike the "
-              "generalised Gauss-Newton) adds little to the prior precision: on a few hundred or thousand rows "
-              "most coordinates keep a standard deviation close to the prior's (1 here), and the sampled networks "
-              "predict close to the prior predictive. BayesDLL's data-inflation factor "
-              "(`fit_laplace(data_inflation=...)`) or a tighter prior counters this; the table uses neither.",
-              "- Temperature scaling is fitted on the validation split; a split that the model classifies "
-              "(almost) perfectly drives T towards its lower search bound (0.01) and makes the test NLL worse."
-              + (f" Here T ended at a search bound (0.01 or 100) for: {', '.join(at_bound)}." if at_bound else ""),
-              "", "Raw numbers: `results.csv`.", ""]
+            [
+                "method",
+                "accuracy",
+                "NLL",
+                "ECE",
+                "MCE",
+                "T",
+                "NLL (TS)",
+                "ECE (TS)",
+                "MCE (TS)",
+                "time s (CPU s)",
+                "budget",
+            ],
+            rows,
+            "lrrrrrrrrrl",
+            compact=True,
+        )
+        lines += [
+            "",
+            f"Reliability diagrams, before (`reliability_{name}.png`) and after temperature scaling "
+            f"(`reliability_{name}_ts.png`):",
+            "",
+            f"![{name}](reliability_{name}.png)",
+            "",
+            f"![{name} TS](reliability_{name}_ts.png)",
+            "",
+        ]
+    at_bound = [
+        f"{r['method']} on {r['dataset']} (T = {r['temperature']:.3g})"
+        for r in all_rows
+        if not 0.015 < r["temperature"] < 70.0
+    ]  # within a factor 1.5 of a search bound
+    lines += [
+        "## Notes",
+        "",
+        "- Diagonal Laplace samples the weights themselves. At a well-fitted MAP the per-example gradients "
+        "are small, so the empirical Fisher (which underestimates the curvature there, unlike the "
+        "generalised Gauss-Newton) adds little to the prior precision: on a few hundred or thousand rows "
+        "most coordinates keep a standard deviation close to the prior's (1 here), and the sampled networks "
+        "predict close to the prior predictive. BayesDLL's data-inflation factor "
+        "(`fit_laplace(data_inflation=...)`) or a tighter prior counters this; the table uses neither.",
+        "- Temperature scaling is fitted on the validation split; a split that the model classifies "
+        "(almost) perfectly drives T towards its lower search bound (0.01) and makes the test NLL worse."
+        + (f" Here T ended at a search bound (0.01 or 100) for: {', '.join(at_bound)}." if at_bound else ""),
+        "",
+        "Raw numbers: `results.csv`.",
+        "",
+    ]
     return "\n".join(lines)
 
 

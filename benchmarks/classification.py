@@ -42,16 +42,48 @@ from numpyro_mile.datasets import digits, ionosphere, mnist1d
 from numpyro_mile.models import attention, cnn, mlp_classification
 from numpyro_mile.evaluation import evaluate_classification
 
-from _common import (ROOT, Stopwatch, add_common_options, argument_parser, command_line, data_dir, finished,
-                     load_average, load_span, machine_summary, markdown_table, pyplot, read_csv, write_csv)
+from _common import (
+    ROOT,
+    Stopwatch,
+    add_common_options,
+    argument_parser,
+    command_line,
+    data_dir,
+    finished,
+    load_average,
+    load_span,
+    machine_summary,
+    markdown_table,
+    pyplot,
+    read_csv,
+    write_csv,
+)
 
 OUT = ROOT / "docs" / "benchmarks" / "classification"
 BATCH = 32
 PAPER = dict(mile=(50_000, 10_000, 100), bde=(1_000, 1_000))  # MILE (warmup, samples, thinning); NUTS per chain
 
-FIELDS = ["task", "model", "method", "params", "n_train", "accuracy", "lppd", "nll", "ece", "mce", "fit_s",
-          "sampler_s", "sampler_cpu_s", "grad_evals", "kept_samples", "budget", "s_per_step", "projected_paper_s",
-          "note"]
+FIELDS = [
+    "task",
+    "model",
+    "method",
+    "params",
+    "n_train",
+    "accuracy",
+    "lppd",
+    "nll",
+    "ece",
+    "mce",
+    "fit_s",
+    "sampler_s",
+    "sampler_cpu_s",
+    "grad_evals",
+    "kept_samples",
+    "budget",
+    "s_per_step",
+    "projected_paper_s",
+    "note",
+]
 
 
 class Task(NamedTuple):
@@ -63,30 +95,49 @@ class Task(NamedTuple):
 
 def tasks(data_dir: str) -> dict[str, Task]:
     return {
-        "ionosphere": Task("ionosphere", mlp_classification, dict(num_classes=2, hidden=(16, 16)),
-                           lambda seed: ionosphere(seed=seed, data_dir=data_dir)),
-        "digits": Task("digits", cnn, dict(num_classes=10, channels=(4, 8), kernel_size=3, hidden=(16,)),
-                       lambda seed: digits(seed=seed, images=True)),
-        "mnist1d-cnn": Task("mnist1d-cnn", cnn, dict(num_classes=10, channels=(4, 8), kernel_size=5, hidden=(16,)),
-                            lambda seed: mnist1d(seed=seed, channel_axis=True)),
-        "mnist1d-attention": Task("mnist1d-attention", attention,
-                                  dict(num_classes=10, d_model=8, num_heads=2, mlp_hidden=16, patch_size=4),
-                                  lambda seed: mnist1d(seed=seed, channel_axis=True)),
+        "ionosphere": Task(
+            "ionosphere",
+            mlp_classification,
+            dict(num_classes=2, hidden=(16, 16)),
+            lambda seed: ionosphere(seed=seed, data_dir=data_dir),
+        ),
+        "digits": Task(
+            "digits",
+            cnn,
+            dict(num_classes=10, channels=(4, 8), kernel_size=3, hidden=(16,)),
+            lambda seed: digits(seed=seed, images=True),
+        ),
+        "mnist1d-cnn": Task(
+            "mnist1d-cnn",
+            cnn,
+            dict(num_classes=10, channels=(4, 8), kernel_size=5, hidden=(16,)),
+            lambda seed: mnist1d(seed=seed, channel_axis=True),
+        ),
+        "mnist1d-attention": Task(
+            "mnist1d-attention",
+            attention,
+            dict(num_classes=10, d_model=8, num_heads=2, mlp_hidden=16, patch_size=4),
+            lambda seed: mnist1d(seed=seed, channel_axis=True),
+        ),
     }
 
 
 #: per task: DE max epochs, MILE (warmup, samples, thinning), SG-MCMC (warmup, samples, thinning), BDE (warmup, samples)
 PROFILES = {
-    "tiny": {t: dict(de=5, mile=(100, 20, 2), sg=(50, 50, 5), bde=(0, 0)) for t in
-             ["ionosphere", "digits", "mnist1d-cnn", "mnist1d-attention"]},
+    "tiny": {
+        t: dict(de=5, mile=(100, 20, 2), sg=(50, 50, 5), bde=(0, 0))
+        for t in ["ionosphere", "digits", "mnist1d-cnn", "mnist1d-attention"]
+    },
     "quick": {
         "ionosphere": dict(de=500, mile=(2_000, 1_000, 100), sg=(2_000, 2_000, 100), bde=(10, 10)),
         "digits": dict(de=200, mile=(300, 100, 10), sg=(1_000, 1_000, 100), bde=(0, 0)),
         "mnist1d-cnn": dict(de=200, mile=(150, 50, 5), sg=(1_000, 1_000, 100), bde=(0, 0)),
         "mnist1d-attention": dict(de=200, mile=(120, 40, 4), sg=(1_000, 1_000, 100), bde=(0, 0)),
     },
-    "paper": {t: dict(de=500, mile=PAPER["mile"], sg=(50_000, 10_000, 100), bde=PAPER["bde"]) for t in
-              ["ionosphere", "digits", "mnist1d-cnn", "mnist1d-attention"]},
+    "paper": {
+        t: dict(de=500, mile=PAPER["mile"], sg=(50_000, 10_000, 100), bde=PAPER["bde"])
+        for t in ["ionosphere", "digits", "mnist1d-cnn", "mnist1d-attention"]
+    },
 }
 
 
@@ -96,8 +147,13 @@ def weighted_metrics(task: Task, samples: dict, weights: np.ndarray, X, y) -> di
     logits = numpyro_mile.predict(task.model, latent, X, return_sites=["logits"], **task.kwargs)["logits"]
     probs = np.einsum("s,snc->nc", weights, np.asarray(jax.nn.softmax(jnp.asarray(logits), -1), np.float64))
     nll = metrics.nll(probs, y)
-    return dict(accuracy=metrics.accuracy(probs, y), lppd=-nll, nll=nll, ece=metrics.ece(probs, y, 15),
-                mce=metrics.mce(probs, y, 15))
+    return dict(
+        accuracy=metrics.accuracy(probs, y),
+        lppd=-nll,
+        nll=nll,
+        ece=metrics.ece(probs, y, 15),
+        mce=metrics.mce(probs, y, 15),
+    )
 
 
 def num_params(samples: dict) -> int:
@@ -111,81 +167,166 @@ def run_task(task: Task, budget: dict, *, seed: int, chains: int, methods: set[s
     base = dict(task=task.name, model=task.model.__name__, n_train=len(y))
 
     def row(method, result, **extra):
-        r = {**base, "method": method, **{k: result.get(k, float("nan")) for k in ("accuracy", "lppd", "nll", "ece",
-                                                                                   "mce")}, **extra}
+        r = {
+            **base,
+            "method": method,
+            **{k: result.get(k, float("nan")) for k in ("accuracy", "lppd", "nll", "ece", "mce")},
+            **extra,
+        }
         rows.append(r)
-        print(f"  {task.name:18s} {method:7s} acc {r['accuracy']:.3f} lppd {r['lppd']:.3f} "
-              f"ece {r['ece']:.3f} sampler {r.get('sampler_s', 0):.1f}s", flush=True)
+        print(
+            f"  {task.name:18s} {method:7s} acc {r['accuracy']:.3f} lppd {r['lppd']:.3f} "
+            f"ece {r['ece']:.3f} sampler {r.get('sampler_s', 0):.1f}s",
+            flush=True,
+        )
 
     with Stopwatch() as c:
-        de = deep_ensemble(task.model, jax.random.PRNGKey(seed), chains, X, y, validation=tuple(val),
-                           max_epochs=budget["de"], progress_bar=progress, **kw)
+        de = deep_ensemble(
+            task.model,
+            jax.random.PRNGKey(seed),
+            chains,
+            X,
+            y,
+            validation=tuple(val),
+            max_epochs=budget["de"],
+            progress_bar=progress,
+            **kw,
+        )
     d = num_params(de.samples)
     base["params"] = d
-    row("DE", evaluate_classification(task.model, de.samples, X_test, y_test, **kw), fit_s=c.wall, sampler_s=0.0,
-        sampler_cpu_s=0.0, grad_evals=0, kept_samples=chains, budget=f"max {budget['de']} epochs, "
-        f"{int(np.max(de.num_epochs))} run", note="")
+    row(
+        "DE",
+        evaluate_classification(task.model, de.samples, X_test, y_test, **kw),
+        fit_s=c.wall,
+        sampler_s=0.0,
+        sampler_cpu_s=0.0,
+        grad_evals=0,
+        kept_samples=chains,
+        budget=f"max {budget['de']} epochs, {int(np.max(de.num_epochs))} run",
+        note="",
+    )
     fit_s = c.wall
 
     if "mile" in methods:
         w, s, thin = budget["mile"]
-        mcmc = MCMC(MILE(task.model), num_warmup=w, num_samples=s, thinning=thin, num_chains=chains,
-                    chain_method="vectorized", progress_bar=progress)
+        mcmc = MCMC(
+            MILE(task.model),
+            num_warmup=w,
+            num_samples=s,
+            thinning=thin,
+            num_chains=chains,
+            chain_method="vectorized",
+            progress_bar=progress,
+        )
         with Stopwatch() as c:
             mcmc.run(jax.random.PRNGKey(seed + 1), X, y, init_params=de.init_params, extra_fields=("num_nans",), **kw)
             finished(mcmc)
         samples = mcmc.get_samples()
         nans = int(np.asarray(mcmc.get_extra_fields()["num_nans"]).max(initial=0))
         per_step = c.wall / (w + s)
-        row("MILE", evaluate_classification(task.model, samples, X_test, y_test, **kw), fit_s=fit_s,
-            sampler_s=c.wall, sampler_cpu_s=c.cpu, grad_evals=MILE.num_grad_evals(w, s, chains),
-            kept_samples=len(next(iter(samples.values()))), budget=f"{w}+{s}/{thin}", s_per_step=per_step,
-            projected_paper_s=per_step * sum(PAPER["mile"][:2]), note=f"{nans} rejected steps" if nans else "")
+        row(
+            "MILE",
+            evaluate_classification(task.model, samples, X_test, y_test, **kw),
+            fit_s=fit_s,
+            sampler_s=c.wall,
+            sampler_cpu_s=c.cpu,
+            grad_evals=MILE.num_grad_evals(w, s, chains),
+            kept_samples=len(next(iter(samples.values()))),
+            budget=f"{w}+{s}/{thin}",
+            s_per_step=per_step,
+            projected_paper_s=per_step * sum(PAPER["mile"][:2]),
+            note=f"{nans} rejected steps" if nans else "",
+        )
 
     n_train = len(y)
     step_size = 0.05 / n_train  # SGD learning rate 0.05 on the mean loss
     if "sgld" in methods:
         w, s, thin = budget["sg"]
-        mcmc = MCMC(SGLD(task.model, step_size=step_size), num_warmup=w, num_samples=s, thinning=thin,
-                    num_chains=chains, chain_method="vectorized", progress_bar=progress)
+        mcmc = MCMC(
+            SGLD(task.model, step_size=step_size),
+            num_warmup=w,
+            num_samples=s,
+            thinning=thin,
+            num_chains=chains,
+            chain_method="vectorized",
+            progress_bar=progress,
+        )
         with Stopwatch() as c:
-            mcmc.run(jax.random.PRNGKey(seed + 2), X, y, subsample_size=min(BATCH, n_train),
-                     init_params=de.init_params, **kw)
+            mcmc.run(
+                jax.random.PRNGKey(seed + 2), X, y, subsample_size=min(BATCH, n_train), init_params=de.init_params, **kw
+            )
             finished(mcmc)
         samples = mcmc.get_samples()
-        row("SGLD", evaluate_classification(task.model, samples, X_test, y_test, **kw), fit_s=fit_s,
-            sampler_s=c.wall, sampler_cpu_s=c.cpu, grad_evals=chains * (w + s + 1),
-            kept_samples=len(next(iter(samples.values()))), budget=f"{w}+{s}/{thin}, n={BATCH}, eps={step_size:.2g}",
-            s_per_step=c.wall / (w + s), projected_paper_s=c.wall / (w + s) * sum(PAPER["mile"][:2]),
-            note="gradient evals on minibatches")
+        row(
+            "SGLD",
+            evaluate_classification(task.model, samples, X_test, y_test, **kw),
+            fit_s=fit_s,
+            sampler_s=c.wall,
+            sampler_cpu_s=c.cpu,
+            grad_evals=chains * (w + s + 1),
+            kept_samples=len(next(iter(samples.values()))),
+            budget=f"{w}+{s}/{thin}, n={BATCH}, eps={step_size:.2g}",
+            s_per_step=c.wall / (w + s),
+            projected_paper_s=c.wall / (w + s) * sum(PAPER["mile"][:2]),
+            note="gradient evals on minibatches",
+        )
 
     if "icsgld" in methods:
         w, s, thin = budget["sg"]
-        energies = np.array([float(potential_energy(task.model, (X, y), kw, jax.tree.map(lambda a: a[k],
-                                                                                         de.init_params)))
-                             for k in range(chains)])
+        energies = np.array(
+            [
+                float(potential_energy(task.model, (X, y), kw, jax.tree.map(lambda a: a[k], de.init_params)))
+                for k in range(chains)
+            ]
+        )
         # bins from just below the members' energies to well above them (SGLD at temperature 1 sits ~d/2 higher)
         low, high = energies.min() - 0.25 * d, energies.max() + 2.0 * d
         num_bins = 102
-        kernel = ICSGLD(task.model, step_size, zeta=1.0, num_bins=num_bins, bin_width=(high - low) / (num_bins - 2),
-                        min_energy=low, multiplier_clip=5.0)
-        mcmc = MCMC(kernel, num_warmup=w, num_samples=s, thinning=thin, num_chains=chains,
-                    chain_method="vectorized", progress_bar=progress)
+        kernel = ICSGLD(
+            task.model,
+            step_size,
+            zeta=1.0,
+            num_bins=num_bins,
+            bin_width=(high - low) / (num_bins - 2),
+            min_energy=low,
+            multiplier_clip=5.0,
+        )
+        mcmc = MCMC(
+            kernel,
+            num_warmup=w,
+            num_samples=s,
+            thinning=thin,
+            num_chains=chains,
+            chain_method="vectorized",
+            progress_bar=progress,
+        )
         with Stopwatch() as c:
-            mcmc.run(jax.random.PRNGKey(seed + 3), X, y, subsample_size=min(BATCH, n_train),
-                     init_params=de.init_params, **kw)
+            mcmc.run(
+                jax.random.PRNGKey(seed + 3), X, y, subsample_size=min(BATCH, n_train), init_params=de.init_params, **kw
+            )
             finished(mcmc)
         samples = mcmc.get_samples()
         try:
             weights = importance_weights(mcmc)
-            result, note = weighted_metrics(task, samples, weights, X_test, y_test), (
-                f"zeta=1, importance-weighted; effective sample size {1 / np.sum(weights ** 2):.0f}")
+            result, note = (
+                weighted_metrics(task, samples, weights, X_test, y_test),
+                (f"zeta=1, importance-weighted; effective sample size {1 / np.sum(weights**2):.0f}"),
+            )
         except ValueError as err:  # every sample in the overflow bin
             result, note = evaluate_classification(task.model, samples, X_test, y_test, **kw), f"unweighted: {err}"
-        row("ICSGLD", result, fit_s=fit_s, sampler_s=c.wall, sampler_cpu_s=c.cpu, grad_evals=chains * (w + s + 1),
+        row(
+            "ICSGLD",
+            result,
+            fit_s=fit_s,
+            sampler_s=c.wall,
+            sampler_cpu_s=c.cpu,
+            grad_evals=chains * (w + s + 1),
             kept_samples=len(weights) if "importance" in note else len(next(iter(samples.values()))),
-            budget=f"{w}+{s}/{thin}, n={BATCH}, eps={step_size:.2g}", s_per_step=c.wall / (w + s),
-            projected_paper_s=c.wall / (w + s) * sum(PAPER["mile"][:2]), note=note)
+            budget=f"{w}+{s}/{thin}, n={BATCH}, eps={step_size:.2g}",
+            s_per_step=c.wall / (w + s),
+            projected_paper_s=c.wall / (w + s) * sum(PAPER["mile"][:2]),
+            note=note,
+        )
 
     if "bde" in methods:
         w, s = budget["bde"]
@@ -199,21 +340,35 @@ def run_task(task: Task, budget: dict, *, seed: int, chains: int, methods: set[s
         grad_s = g.wall / 10
         leapfrog, seg_s, seg_cpu, note = 1023.0, 0.0, 0.0, "tree depth 10 assumed (1023 leapfrog steps per iteration)"
         if s > 0:  # a measured NUTS segment (BDE's settings: depth 10, target 0.8, diagonal mass) on member 0
-            nuts = MCMC(NUTS(task.model, max_tree_depth=10, target_accept_prob=0.8), num_warmup=w, num_samples=s,
-                        progress_bar=False)
+            nuts = MCMC(
+                NUTS(task.model, max_tree_depth=10, target_accept_prob=0.8),
+                num_warmup=w,
+                num_samples=s,
+                progress_bar=False,
+            )
             with Stopwatch() as c:
                 nuts.run(jax.random.PRNGKey(seed + 4), X, y, init_params=member0, extra_fields=("num_steps",), **kw)
                 finished(nuts)
             leapfrog = float(np.mean(nuts.get_extra_fields()["num_steps"]))
             seg_s, seg_cpu = c.wall, c.cpu
-            note = (f"segment: 1 chain, {w}+{s} NUTS iterations in {c.wall:.0f} s (compilation included), "
-                    f"mean {leapfrog:.0f} leapfrog steps per sampling iteration")
+            note = (
+                f"segment: 1 chain, {w}+{s} NUTS iterations in {c.wall:.0f} s (compilation included), "
+                f"mean {leapfrog:.0f} leapfrog steps per sampling iteration"
+            )
         projected = grad_s * leapfrog * sum(PAPER["bde"]) * chains
-        row("BDE", {}, fit_s=fit_s, sampler_s=seg_s, sampler_cpu_s=seg_cpu,
-            grad_evals=int(leapfrog * sum(PAPER["bde"]) * chains), kept_samples=0,
+        row(
+            "BDE",
+            {},
+            fit_s=fit_s,
+            sampler_s=seg_s,
+            sampler_cpu_s=seg_cpu,
+            grad_evals=int(leapfrog * sum(PAPER["bde"]) * chains),
+            kept_samples=0,
             budget=f"projection only: {chains} chains x {PAPER['bde'][0]}+{PAPER['bde'][1]} iterations, sequential",
-            s_per_step=grad_s * leapfrog, projected_paper_s=projected,
-            note=f"{grad_s * 1e3:.1f} ms per one-chain gradient; " + note)
+            s_per_step=grad_s * leapfrog,
+            projected_paper_s=projected,
+            note=f"{grad_s * 1e3:.1f} ms per one-chain gradient; " + note,
+        )
     return rows
 
 
@@ -279,9 +434,11 @@ def verdicts(rows: list[dict]) -> list[str]:
             da = float(by["MILE"]["accuracy"]) - float(by["DE"]["accuracy"])
             dl = float(by["MILE"]["lppd"]) - float(by["DE"]["lppd"])
             verdict = "yes" if da >= 0 and dl >= 0 else "no"
-            lines.append(f"- {task}: MILE accuracy {float(by['MILE']['accuracy']):.3f} vs DE "
-                         f"{float(by['DE']['accuracy']):.3f} ({da:+.3f}), LPPD {float(by['MILE']['lppd']):.3f} vs "
-                         f"{float(by['DE']['lppd']):.3f} ({dl:+.3f}) -> {verdict}")
+            lines.append(
+                f"- {task}: MILE accuracy {float(by['MILE']['accuracy']):.3f} vs DE "
+                f"{float(by['DE']['accuracy']):.3f} ({da:+.3f}), LPPD {float(by['MILE']['lppd']):.3f} vs "
+                f"{float(by['DE']['lppd']):.3f} ({dl:+.3f}) -> {verdict}"
+            )
     return lines
 
 
@@ -299,15 +456,48 @@ the prior, not from the sampler:
 
 
 def render(rows: list[dict], header: str, models: str = "", ablations: dict | None = None) -> str:
-    cells = [[r["task"], f"{r['model']} ({r['params']})", r["method"], fmt(r["accuracy"]), fmt(r["lppd"]),
-              fmt(r["nll"]), fmt(r["ece"]), fmt(r["mce"]),
-              f"{fmt(r['sampler_s'], '.1f')} ({fmt(r['sampler_cpu_s'], '.1f')})",
-              f"{int(float(r['grad_evals'] or 0)):,}", r["kept_samples"], r["budget"], fmt(r["s_per_step"], ".3g"),
-              hours(r["projected_paper_s"]), r["note"]] for r in rows]
+    cells = [
+        [
+            r["task"],
+            f"{r['model']} ({r['params']})",
+            r["method"],
+            fmt(r["accuracy"]),
+            fmt(r["lppd"]),
+            fmt(r["nll"]),
+            fmt(r["ece"]),
+            fmt(r["mce"]),
+            f"{fmt(r['sampler_s'], '.1f')} ({fmt(r['sampler_cpu_s'], '.1f')})",
+            f"{int(float(r['grad_evals'] or 0)):,}",
+            r["kept_samples"],
+            r["budget"],
+            fmt(r["s_per_step"], ".3g"),
+            hours(r["projected_paper_s"]),
+            r["note"],
+        ]
+        for r in rows
+    ]
     lines = [header, ""] + markdown_table(
-        ["task", "model (d)", "method", "accuracy", "LPPD", "NLL", "ECE", "MCE", "sampler s (CPU s)", "grad evals",
-         "kept samples", "budget", "s/step", "paper budget, projected", "note"], cells, "lllrrrrrrrrlrrl",
-        compact=True)
+        [
+            "task",
+            "model (d)",
+            "method",
+            "accuracy",
+            "LPPD",
+            "NLL",
+            "ECE",
+            "MCE",
+            "sampler s (CPU s)",
+            "grad evals",
+            "kept samples",
+            "budget",
+            "s/step",
+            "paper budget, projected",
+            "note",
+        ],
+        cells,
+        "lllrrrrrrrrlrrl",
+        compact=True,
+    )
     lines += ["", "MILE vs DE on each task (the issue's criterion: MILE's accuracy and LPPD at least the DE's):", ""]
     lines += verdicts(rows)
     if ablations:
@@ -327,8 +517,9 @@ def plot(rows: list[dict], path: Path) -> None:
     width = 0.8 / max(len(methods), 1)
     for ax, key, label in [(axes[0], "accuracy", "test accuracy"), (axes[1], "lppd", "test LPPD (nats / point)")]:
         for j, m in enumerate(methods):
-            vals = [next((float(r[key]) for r in rows if r["task"] == t and r["method"] == m), np.nan)
-                    for t in task_names]
+            vals = [
+                next((float(r[key]) for r in rows if r["task"] == t and r["method"] == m), np.nan) for t in task_names
+            ]
             ax.bar(np.arange(len(task_names)) + j * width, vals, width, label=m)
         ax.set_xticks(np.arange(len(task_names)) + width * (len(methods) - 1) / 2)
         ax.set_xticklabels(task_names, rotation=15)
@@ -348,11 +539,16 @@ def parse_args(argv=None):
     p.add_argument("--chains", type=int, default=10)
     p.add_argument("--seed", type=int, default=1)
     add_common_options(p, data="ionosphere.data", out_dir=OUT)
-    p.add_argument("--prior-scale", type=float, default=None,
-                   help="override every model's prior standard deviation (default: the paper's per model)")
+    p.add_argument(
+        "--prior-scale",
+        type=float,
+        default=None,
+        help="override every model's prior standard deviation (default: the paper's per model)",
+    )
     p.add_argument("--progress", action="store_true")
-    add_common_options(p, render_only="re-render results.md and the plot from the existing results.csv (keeps the "
-                                      "run's header)")
+    add_common_options(
+        p, render_only="re-render results.md and the plot from the existing results.csv (keeps the run's header)"
+    )
     return p.parse_args(argv)
 
 
@@ -367,13 +563,19 @@ def main(argv=None) -> int:
     if unknown:
         print(f"unknown tasks {sorted(unknown)}; choose from {sorted(all_tasks)}", file=sys.stderr)
         return 2
-    models = "\n".join(f"  - {t.name}: `{t.model.__name__}({', '.join(f'{k}={v}' for k, v in t.kwargs.items())})`"
-                       for t in all_tasks.values() if t.name in args.tasks)
+    models = "\n".join(
+        f"  - {t.name}: `{t.model.__name__}({', '.join(f'{k}={v}' for k, v in t.kwargs.items())})`"
+        for t in all_tasks.values()
+        if t.name in args.tasks
+    )
     if args.render_only:
         rows = read_csv(out / "results.csv")
         previous = (out / "results.md").read_text().split("\n| task |")[0].rstrip("\n")
-        ablations = {d.name: read_csv(d / "results.csv") for d in sorted(out.iterdir())
-                     if d.is_dir() and (d / "results.csv").exists()}
+        ablations = {
+            d.name: read_csv(d / "results.csv")
+            for d in sorted(out.iterdir())
+            if d.is_dir() and (d / "results.csv").exists()
+        }
         (out / "results.md").write_text(render(rows, previous, models, ablations))
         plot(rows, out / "accuracy_lppd.png")
         return 0
@@ -382,18 +584,28 @@ def main(argv=None) -> int:
     with Stopwatch() as whole:
         for name in args.tasks:
             print(f"{name}:", flush=True)
-            rows += run_task(all_tasks[name], PROFILES[args.profile][name], seed=args.seed, chains=args.chains,
-                             methods=set(args.methods), progress=args.progress)
+            rows += run_task(
+                all_tasks[name],
+                PROFILES[args.profile][name],
+                seed=args.seed,
+                chains=args.chains,
+                methods=set(args.methods),
+                progress=args.progress,
+            )
             write_csv(out / "results.csv", rows, FIELDS, float_format=".6g")
     rows = read_csv(out / "results.csv")
-    header = "\n".join([
-        "# Classification: MILE vs DE, SGLD, ICSGLD and BDE on MLP, CNN and attention BNNs", "",
-        f"Generated by `{command_line(__file__, argv)}` (profile `{args.profile}`, seed {args.seed}, "
-        f"K = {args.chains} chains).", "",
-        f"Machine: {machine_summary()}. {load_span(load_start, load_average())}: the 2 cores were shared with other "
-        f"jobs, so wall times are inflated; CPU seconds (this process) are given beside them. Whole script: "
-        f"{whole.wall / 60:.1f} min wall, {whole.cpu / 60:.1f} min CPU.",
-    ])
+    header = "\n".join(
+        [
+            "# Classification: MILE vs DE, SGLD, ICSGLD and BDE on MLP, CNN and attention BNNs",
+            "",
+            f"Generated by `{command_line(__file__, argv)}` (profile `{args.profile}`, seed {args.seed}, "
+            f"K = {args.chains} chains).",
+            "",
+            f"Machine: {machine_summary()}. {load_span(load_start, load_average())}: the 2 cores were shared with "
+            f"other jobs, so wall times are inflated; CPU seconds (this process) are given beside them. Whole script: "
+            f"{whole.wall / 60:.1f} min wall, {whole.cpu / 60:.1f} min CPU.",
+        ]
+    )
     (out / "results.md").write_text(render(rows, header, models))
     plot(rows, out / "accuracy_lppd.png")
     return 0

@@ -34,8 +34,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import (KERNELS, ROOT, add_common_options, argument_parser, command_line, data_dir, load_average,
-                     machine_lines, make_kernel, markdown_table)
+from _common import (
+    KERNELS,
+    ROOT,
+    add_common_options,
+    argument_parser,
+    command_line,
+    data_dir,
+    load_average,
+    machine_lines,
+    make_kernel,
+    markdown_table,
+)
 
 REPORT = ROOT / "docs" / "benchmarks" / "defaults.md"
 K = 12
@@ -72,13 +82,27 @@ def child(args) -> None:
     out = {"kernel": args.kernel, "devices": jax.local_device_count(), "bar": args.bar}
     runs = [("warm-up", 100)] + [("small", args.small), ("big", args.big)] * args.rounds  # sizes set by run_config
     for name, warmup in runs:
-        mcmc = MCMC(make_kernel(args.kernel), num_warmup=warmup, num_samples=warmup // 5, num_chains=K,
-                    chain_method="vectorized", progress_bar=args.bar != "off")
+        mcmc = MCMC(
+            make_kernel(args.kernel),
+            num_warmup=warmup,
+            num_samples=warmup // 5,
+            num_chains=K,
+            chain_method="vectorized",
+            progress_bar=args.bar != "off",
+        )
         with tempfile.TemporaryDirectory() as tmp:
             start, cpu = time.perf_counter(), time.process_time()
             if args.bar == "run_chunked":  # compiled chunks of 1,000 steps, the bar updated after each
-                run = run_chunked(mcmc, jax.random.PRNGKey(1), X, y, checkpoint_path=Path(tmp) / "run.ckpt",
-                                  hidden=HIDDEN, init_params=init, **batch)
+                run = run_chunked(
+                    mcmc,
+                    jax.random.PRNGKey(1),
+                    X,
+                    y,
+                    checkpoint_path=Path(tmp) / "run.ckpt",
+                    hidden=HIDDEN,
+                    init_params=init,
+                    **batch,
+                )
                 jax.block_until_ready(run.get_samples())
                 last_state = run.last_state
             else:
@@ -102,27 +126,55 @@ def budget(args, kernel: str) -> tuple[int, int]:
 
 def run_config(args, init_path: str, kernel: str, devices: int, bar: str) -> dict:
     big, small = budget(args, kernel)
-    cmd = [sys.executable, __file__, "--child", "--kernel", kernel, "--devices", str(devices), "--init", init_path,
-           "--big", str(big), "--small", str(small), "--data", str(args.data), "--bar", bar,
-           "--rounds", str(args.rounds)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--kernel",
+        kernel,
+        "--devices",
+        str(devices),
+        "--init",
+        init_path,
+        "--big",
+        str(big),
+        "--small",
+        str(small),
+        "--data",
+        str(args.data),
+        "--bar",
+        bar,
+        "--rounds",
+        str(args.rounds),
+    ]
     # NumPyro turns every progress bar off when it sees these variables: the 'on' rows would measure 'off'
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_XDIST_WORKER")}
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def main(argv=None) -> None:
     parser = argument_parser(__doc__)
-    add_common_options(parser, data="airfoil.data", output=REPORT, no_write="print the report only",
-                       render_only="rewrite the page from the saved measurements (defaults.json beside it)")
-    parser.add_argument("--big", type=int, default=None,
-                        help="warmup steps of the big run (+ a fifth sampling) for every kernel (default: BUDGETS)")
+    add_common_options(
+        parser,
+        data="airfoil.data",
+        output=REPORT,
+        no_write="print the report only",
+        render_only="rewrite the page from the saved measurements (defaults.json beside it)",
+    )
+    parser.add_argument(
+        "--big",
+        type=int,
+        default=None,
+        help="warmup steps of the big run (+ a fifth sampling) for every kernel (default: BUDGETS)",
+    )
     parser.add_argument("--small", type=int, default=None, help="warmup steps of the small run (default: BUDGETS)")
-    parser.add_argument("--rounds", type=int, default=2, help="runs of each size per configuration; the fastest "
-                        "is kept (default 2)")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="runs of each size per configuration; the fastest is kept (default 2)"
+    )
     parser.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(KERNELS), help="kernels to run")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kernel", default="MILE", help=argparse.SUPPRESS)
@@ -150,8 +202,9 @@ def main(argv=None) -> None:
     from numpyro_mile.models import mlp_regression
 
     X, y = load(args.data)
-    members = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), K, X, y, hidden=HIDDEN, max_epochs=20,
-                            progress_bar=False).init_params
+    members = deep_ensemble(
+        mlp_regression, jax.random.PRNGKey(0), K, X, y, hidden=HIDDEN, max_epochs=20, progress_bar=False
+    ).init_params
     cores = os.cpu_count() or 1
     results, load_start = [], load_average()
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,9 +217,15 @@ def main(argv=None) -> None:
                     results.append(res)
                     print(res, file=sys.stderr, flush=True)
     load_end = load_average()
-    saved = dict(big=args.big, small=args.small, kernels=args.kernels, rounds=args.rounds, results=results,
-                 machine=machine_lines(),
-                 load_average=[load_start, load_end])
+    saved = dict(
+        big=args.big,
+        small=args.small,
+        kernels=args.kernels,
+        rounds=args.rounds,
+        results=results,
+        machine=machine_lines(),
+        load_average=[load_start, load_end],
+    )
     if not args.no_write:
         Path(args.output).with_suffix(".json").write_text(json.dumps(saved, indent=1) + "\n")
     report(args, results, saved["machine"], load_start, load_end)
@@ -179,6 +238,7 @@ def per_step_ms(res: dict) -> float:
 
 def report(args, results: list[dict], machine: list[str], load_start: float, load_end: float) -> None:
     """Writes the page (``args.output``) from the measurements; ``machine``: the machine lines of the run."""
+
     def twin(r: dict, devices: int, bar: str) -> dict:
         return next(x for x in results if x["kernel"] == r["kernel"] and x["devices"] == devices and x["bar"] == bar)
 
@@ -187,15 +247,30 @@ def report(args, results: list[dict], machine: list[str], load_start: float, loa
     for r in results:
         off, base = twin(r, r["devices"], "off"), twin(r, 1, "off")
         per_step_vs_off = per_step_ms(r) / per_step_ms(off)
-        rows.append([r["kernel"], r["devices"], r["placed_on"], shown[r["bar"]], f"{per_step_ms(r):.3f}",
-                     f"{r['big']['steps']:,}", f"{r['big']['wall']:.1f}", f"{r['big']['cpu']:.1f}",
-                     f"{per_step_ms(r) / per_step_ms(base):.2f}", f"{per_step_vs_off:.2f}",
-                     f"{r['big']['wall'] / off['big']['wall']:.2f}"])
+        rows.append(
+            [
+                r["kernel"],
+                r["devices"],
+                r["placed_on"],
+                shown[r["bar"]],
+                f"{per_step_ms(r):.3f}",
+                f"{r['big']['steps']:,}",
+                f"{r['big']['wall']:.1f}",
+                f"{r['big']['cpu']:.1f}",
+                f"{per_step_ms(r) / per_step_ms(base):.2f}",
+                f"{per_step_vs_off:.2f}",
+                f"{r['big']['wall'] / off['big']['wall']:.2f}",
+            ]
+        )
         if r["bar"] != "off":
             cost = (r, per_step_ms(r) - per_step_ms(off), per_step_vs_off, r["big"]["wall"] / off["big"]["wall"])
             (bar_cost if r["bar"] == "on" else chunked_cost).append(cost)
-    budgets = "; ".join(sorted({f"{r['kernel']} {r['big']['steps']:,} against {r['small']['steps']:,}"
-                                for r in results}, key=lambda b: [r["kernel"] for r in results].index(b.split()[0])))
+    budgets = "; ".join(
+        sorted(
+            {f"{r['kernel']} {r['big']['steps']:,} against {r['small']['steps']:,}" for r in results},
+            key=lambda b: [r["kernel"] for r in results].index(b.split()[0]),
+        )
+    )
     options = [*(["--big", str(args.big)] if args.big else []), *(["--small", str(args.small)] if args.small else [])]
     default_budgets = not args.big
     if list(args.kernels) != list(KERNELS):
@@ -210,43 +285,78 @@ def report(args, results: list[dict], machine: list[str], load_start: float, loa
     lines = [
         "# What users run: progress bar and devices",
         "",
-        f"Generated by `{command_line(__file__, options)}`"
-        " (" + __doc__.split("\n\n")[0].replace("\n", " ") + ").",
+        f"Generated by `{command_line(__file__, options)}` (" + __doc__.split("\n\n")[0].replace("\n", " ") + ").",
         "",
         f"UCI airfoil training split, K = {K} vectorized chains from one deep ensemble; SGLD, ICSGLD and SMILE on "
         "batches of 32 rows. Whole runs (the big run: warmup + a fifth of it sampling, timed with compilation, as a "
         "user waits) and per-step costs from two-point estimates against a smaller run, which "
         f"cancel compilation (steps of the big against the small run: {budgets}"
-        + ("; the minibatch kernels at the paper's 50,000 + 10,000, MILE's per-step ratio being what a run of that "
-           "length approaches" if default_budgets else "") + "). "
-        + (f"Each row keeps the fastest of {args.rounds} runs of each size (interleaved); " if args.rounds > 1
-           else "Each row is one run; ")
+        + (
+            "; the minibatch kernels at the paper's 50,000 + 10,000, MILE's per-step ratio being what a run of that "
+            "length approaches"
+            if default_budgets
+            else ""
+        )
+        + "). "
+        + (
+            f"Each row keeps the fastest of {args.rounds} runs of each size (interleaved); "
+            if args.rounds > 1
+            else "Each row is one run; "
+        )
         + "a few per cent either way, around the 1.1x threshold included, is within run-to-run noise. `devices` is "
         "what `numpyro.set_host_device_count` exposed; `chains on` is the number of devices the chains' state was "
         "placed on by default.",
         "",
-        *markdown_table(["kernel", "devices", "chains on", "progress bar", "ms per step", "big run: steps",
-                         "wall s", "CPU s", "per step vs 1 device, bar off",
-                         "per step vs bar off", "wall vs bar off"], rows, compact=True),
+        *markdown_table(
+            [
+                "kernel",
+                "devices",
+                "chains on",
+                "progress bar",
+                "ms per step",
+                "big run: steps",
+                "wall s",
+                "CPU s",
+                "per step vs 1 device, bar off",
+                "per step vs bar off",
+                "wall vs bar off",
+            ],
+            rows,
+            compact=True,
+        ),
         "",
         "What the bar adds (target of issue #29: a run at the paper's budget with the bar takes <= 1.1x the wall of "
         "one without; called met here when both the per-step ratio and the big run's wall ratio are <= 1.1):",
         "",
-        *[f"- {r['kernel']}, {r['devices']} device{'s' if r['devices'] > 1 else ''}: {extra:+.3f} ms per step, "
-          f"{ratio:.2f}x per step, {wall:.2f}x on the big run's wall"
-          + (" (target met)" if max(round(ratio, 2), round(wall, 2)) <= 1.1 else " (target missed)")
-          for r, extra, ratio, wall in bar_cost],
+        *[
+            f"- {r['kernel']}, {r['devices']} device{'s' if r['devices'] > 1 else ''}: {extra:+.3f} ms per step, "
+            f"{ratio:.2f}x per step, {wall:.2f}x on the big run's wall"
+            + (" (target met)" if max(round(ratio, 2), round(wall, 2)) <= 1.1 else " (target missed)")
+            for r, extra, ratio, wall in bar_cost
+        ],
         "",
-        *(["The same runs through `run_chunked(mcmc, ...)` (`numpyro_mile.run_chunked`: compiled chunks of 1,000 "
-           "steps, the bar moved after each, a checkpoint written after each), bar on, against `MCMC.run` with the "
-           "bar off: " + "; ".join(
-               f"{r['kernel']} {r['devices']} device{'s' if r['devices'] > 1 else ''} {ratio:.2f}x per step "
-               f"({wall:.2f}x wall)" for r, _, ratio, wall in chunked_cost)
-           + f". Largest wall ratio {max(c[3] for c in chunked_cost):.2f}x, per step "
-           f"{max(c[2] for c in chunked_cost):.2f}x: the 1.1x target is "
-           + ("met on every row." if max(round(max(c[2], c[3]), 2) for c in chunked_cost) <= 1.1
-              else "missed on some rows."),
-           ""] if chunked_cost else []),
+        *(
+            [
+                "The same runs through `run_chunked(mcmc, ...)` (`numpyro_mile.run_chunked`: compiled chunks of 1,000 "
+                "steps, the bar moved after each, a checkpoint written after each), bar on, against `MCMC.run` with "
+                "the bar off: "
+                + "; ".join(
+                    f"{r['kernel']} {r['devices']} device{'s' if r['devices'] > 1 else ''} {ratio:.2f}x per step "
+                    f"({wall:.2f}x wall)"
+                    for r, _, ratio, wall in chunked_cost
+                )
+                + f". Largest wall ratio {max(c[3] for c in chunked_cost):.2f}x, per step "
+                f"{max(c[2] for c in chunked_cost):.2f}x: the 1.1x target is "
+                + (
+                    "met on every row."
+                    if max(round(max(c[2], c[3]), 2) for c in chunked_cost) <= 1.1
+                    else "missed on some rows."
+                ),
+                "",
+            ]
+            if chunked_cost
+            else []
+        ),
         f"The bar's cost is NumPyro's (largest here: {worst[0]['kernel']} on {worst[0]['devices']} "
         f"device{'s' if worst[0]['devices'] > 1 else ''}, "
         f"{worst[2]:.2f}x per step): for `vectorized` chains `fori_collect` calls the compiled step from a Python "
@@ -264,9 +374,13 @@ def report(args, results: list[dict], machine: list[str], load_start: float, loa
         "against 45.3 s, measured once before the change with an ad-hoc script, not by this one). The cheaper the "
         f"step, the larger the bar's share: the minibatch kernels' steps cost {min(sg_steps):.2f}-{max(sg_steps):.2f} "
         f"ms without it, and it adds between {min(sg_extra):+.3f} and {max(sg_extra):+.3f} ms to each. "
-        + (f"With the bar on, MILE's step on 2 devices costs {mile_sharded_on:.2f}x its step on one (MILE shards by "
-           "default only when a step of all chains is at least 20 MFLOP, `shard_chains=None`; this model: 57 "
-           "MFLOP). " if mile_sharded_on else "")
+        + (
+            f"With the bar on, MILE's step on 2 devices costs {mile_sharded_on:.2f}x its step on one (MILE shards by "
+            "default only when a step of all chains is at least 20 MFLOP, `shard_chains=None`; this model: 57 "
+            "MFLOP). "
+            if mile_sharded_on
+            else ""
+        )
         + "The minibatch kernels keep their chains on one device. Without the bar (`progress_bar=False`) every "
         "core is used at full "
         "speed" + ("; `run_chunked` keeps a bar without the per-step launch (ratios above)." if chunked_cost else "."),

@@ -30,8 +30,20 @@ import time
 from datetime import date
 from pathlib import Path
 
-from _common import (ROOT, Stopwatch, add_common_options, argument_parser, command_line, compile_ahead, data_dir,
-                     fastest, load_average, load_span, machine_summary, markdown_table)
+from _common import (
+    ROOT,
+    Stopwatch,
+    add_common_options,
+    argument_parser,
+    command_line,
+    compile_ahead,
+    data_dir,
+    fastest,
+    load_average,
+    load_span,
+    machine_summary,
+    markdown_table,
+)
 
 REPORT = ROOT / "docs" / "benchmarks" / "devices.md"
 RAW = REPORT.with_suffix(".json")
@@ -65,8 +77,11 @@ def load_data(folder):
         return jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32), "generated 1-d regression, N = 1052"
     parts, _ = standardize(split(X, y, seed=1))
     X_train, y_train = parts.train
-    return (jnp.asarray(X_train, jnp.float32), jnp.asarray(y_train, jnp.float32),
-            f"UCI airfoil training split, N = {len(y_train)}")
+    return (
+        jnp.asarray(X_train, jnp.float32),
+        jnp.asarray(y_train, jnp.float32),
+        f"UCI airfoil training split, N = {len(y_train)}",
+    )
 
 
 def timed_loop(kernel, state, steps: int, model_args, model_kwargs, repeats: int):
@@ -80,7 +95,7 @@ def timed_loop(kernel, state, steps: int, model_args, model_kwargs, repeats: int
         return jax.lax.fori_loop(0, steps, lambda i, s: kernel.sample(s, model_args, model_kwargs), s)
 
     compiled, compile_s = compile_ahead(loop, state)
-    best, = fastest([lambda: compiled(state)], repeats)
+    (best,) = fastest([lambda: compiled(state)], repeats)
     return compile_s, best.wall, best.cpu
 
 
@@ -98,24 +113,35 @@ def worker(args) -> dict:
     warnings.simplefilter("ignore")
     X, y, data = load_data(data_dir(args.data))
     K = args.chains
-    info = initialize_model(jax.random.split(jax.random.PRNGKey(1), K), mlp_regression, model_args=(X, y),
-                            model_kwargs=dict(hidden=HIDDEN), init_strategy=init_to_uniform(radius=0.1))
+    info = initialize_model(
+        jax.random.split(jax.random.PRNGKey(1), K),
+        mlp_regression,
+        model_args=(X, y),
+        model_kwargs=dict(hidden=HIDDEN),
+        init_strategy=init_to_uniform(radius=0.1),
+    )
     init = info.param_info.z
     dim = int(sum(np.prod(v.shape[1:]) for v in init.values()))
     kernels = {
         "MILE (full batch)": (lambda: MILE(mlp_regression), dict(hidden=HIDDEN), args.mile_steps),
-        f"SGLD (n={BATCH})": (lambda: SGLD(mlp_regression, 1e-5), dict(hidden=HIDDEN, subsample_size=BATCH),
-                              args.sgld_steps),
-        f"ICSGLD (n={BATCH})": (lambda: ICSGLD(mlp_regression, 1e-5, zeta=1.0, num_bins=100, bin_width=200.0,
-                                               min_energy=-2000.0),
-                                dict(hidden=HIDDEN, subsample_size=BATCH), args.sgld_steps),
+        f"SGLD (n={BATCH})": (
+            lambda: SGLD(mlp_regression, 1e-5),
+            dict(hidden=HIDDEN, subsample_size=BATCH),
+            args.sgld_steps,
+        ),
+        f"ICSGLD (n={BATCH})": (
+            lambda: ICSGLD(mlp_regression, 1e-5, zeta=1.0, num_bins=100, bin_width=200.0, min_energy=-2000.0),
+            dict(hidden=HIDDEN, subsample_size=BATCH),
+            args.sgld_steps,
+        ),
     }
     rows = []
     for name, (make, kwargs, steps) in kernels.items():
         methods = ["run_distributed"] + (["mcmc.run (no sharding)"] if jax.device_count() == 1 else [])
         for method in methods:
-            mcmc = MCMC(make(), num_warmup=100, num_samples=10, num_chains=K, chain_method="vectorized",
-                        progress_bar=False)
+            mcmc = MCMC(
+                make(), num_warmup=100, num_samples=10, num_chains=K, chain_method="vectorized", progress_bar=False
+            )
             with Stopwatch() as end_to_end:
                 if method == "run_distributed":
                     run_distributed(mcmc, jax.random.PRNGKey(0), X, y, init_params=init, **kwargs)
@@ -123,21 +149,32 @@ def worker(args) -> dict:
                     mcmc.run(jax.random.PRNGKey(0), X, y, init_params=init, **kwargs)
                 jax.block_until_ready(mcmc.last_state)
             state = mcmc.last_state
-            specs = sorted({str(tuple(x.sharding.spec)) for x in jax.tree.leaves(state)
-                            if hasattr(x.sharding, "spec")})
+            specs = sorted({str(tuple(x.sharding.spec)) for x in jax.tree.leaves(state) if hasattr(x.sharding, "spec")})
             compile_s, loop_wall, loop_cpu = timed_loop(mcmc.sampler, state, steps, (X, y), kwargs, args.repeats)
-            rows.append(dict(kernel=name, method=method, steps=steps, wall=loop_wall, cpu=loop_cpu,
-                             compile=compile_s, end_to_end=end_to_end.wall, specs=specs,
-                             chain_steps_per_s=K * steps / loop_wall))
-    return dict(devices=jax.device_count(), backend=jax.default_backend(), data=data, dim=dim, rows=rows,
-                jax=jax.__version__)
+            rows.append(
+                dict(
+                    kernel=name,
+                    method=method,
+                    steps=steps,
+                    wall=loop_wall,
+                    cpu=loop_cpu,
+                    compile=compile_s,
+                    end_to_end=end_to_end.wall,
+                    specs=specs,
+                    chain_steps_per_s=K * steps / loop_wall,
+                )
+            )
+    return dict(
+        devices=jax.device_count(), backend=jax.default_backend(), data=data, dim=dim, rows=rows, jax=jax.__version__
+    )
 
 
 # ---------------------------------------------------------------------------------------------- driver
 def run_worker(D: int, argv: list[str]) -> dict:
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={D}", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, __file__, "--worker", str(D), *argv], capture_output=True, text=True,
-                          env=env, check=False)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--worker", str(D), *argv], capture_output=True, text=True, env=env, check=False
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"worker with {D} devices failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -172,13 +209,41 @@ def report(args, argv: list[str], results: list[dict], load: tuple, elapsed: flo
     for res in results:
         for r in res["rows"]:
             by_kernel.setdefault(r["kernel"], []).append((res["devices"], r))
-    rows = [[kernel, D, r["method"], -(-args.chains // D), f"{r['wall']:.2f}", f"{r['cpu']:.2f}",
-             f"{r['chain_steps_per_s']:.0f}", f"{r['chain_steps_per_s'] / base[kernel]:.2f}x",
-             f"{r['cpu'] / base_cpu[kernel]:.2f}x", f"{r['compile']:.1f}", f"{r['end_to_end']:.1f}"]
-            for kernel, entries in by_kernel.items() for D, r in entries]
-    lines += markdown_table(["kernel", "devices", "method", "chains per device", "loop wall (s)", "loop CPU (s)",
-                             "chain-steps / s", "speedup", "CPU vs 1 device", "loop compile (s)", "end to end (s)"],
-                            rows, "lrlrrrrrrrr", compact=True)
+    rows = [
+        [
+            kernel,
+            D,
+            r["method"],
+            -(-args.chains // D),
+            f"{r['wall']:.2f}",
+            f"{r['cpu']:.2f}",
+            f"{r['chain_steps_per_s']:.0f}",
+            f"{r['chain_steps_per_s'] / base[kernel]:.2f}x",
+            f"{r['cpu'] / base_cpu[kernel]:.2f}x",
+            f"{r['compile']:.1f}",
+            f"{r['end_to_end']:.1f}",
+        ]
+        for kernel, entries in by_kernel.items()
+        for D, r in entries
+    ]
+    lines += markdown_table(
+        [
+            "kernel",
+            "devices",
+            "method",
+            "chains per device",
+            "loop wall (s)",
+            "loop CPU (s)",
+            "chain-steps / s",
+            "speedup",
+            "CPU vs 1 device",
+            "loop compile (s)",
+            "end to end (s)",
+        ],
+        rows,
+        "lrlrrrrrrrr",
+        compact=True,
+    )
     lines += [
         "",
         "Reading the table: the devices here are threads of one process on the same 2 physical cores, so "
@@ -202,8 +267,16 @@ def main(argv=None):
         return
     if args.from_json:
         raw = json.loads(Path(args.from_json).read_text())
-        REPORT.write_text(report(parse_args(raw["argv"]), raw["argv"], raw["results"], tuple(raw["loads"]),
-                                 raw["elapsed"], raw["cpu_children"]))
+        REPORT.write_text(
+            report(
+                parse_args(raw["argv"]),
+                raw["argv"],
+                raw["results"],
+                tuple(raw["loads"]),
+                raw["elapsed"],
+                raw["cpu_children"],
+            )
+        )
         print(f"wrote {REPORT}")
         return
     passthrough = [a for a in argv if a != "--no-write"]
@@ -214,9 +287,12 @@ def main(argv=None):
         res = run_worker(D, passthrough)
         results.append(res)
         for r in res["rows"]:
-            print(f"D={D} {r['kernel']:<18} {r['method']:<24} wall {r['wall']:.2f}s cpu {r['cpu']:.2f}s "
-                  f"{r['chain_steps_per_s']:.0f} chain-steps/s (compile {r['compile']:.1f}s, end to end "
-                  f"{r['end_to_end']:.1f}s, specs {r['specs']})", flush=True)
+            print(
+                f"D={D} {r['kernel']:<18} {r['method']:<24} wall {r['wall']:.2f}s cpu {r['cpu']:.2f}s "
+                f"{r['chain_steps_per_s']:.0f} chain-steps/s (compile {r['compile']:.1f}s, end to end "
+                f"{r['end_to_end']:.1f}s, specs {r['specs']})",
+                flush=True,
+            )
     end = os.times()
     cpu_children = (end.children_user + end.children_system) - (cpu_start.children_user + cpu_start.children_system)
     loads, elapsed = (load_start, load_average()), time.perf_counter() - start
@@ -226,8 +302,12 @@ def main(argv=None):
     else:
         REPORT.parent.mkdir(parents=True, exist_ok=True)
         REPORT.write_text(text)
-        RAW.write_text(json.dumps(dict(argv=passthrough, results=results, loads=loads, elapsed=elapsed,
-                                       cpu_children=cpu_children), indent=1))
+        RAW.write_text(
+            json.dumps(
+                dict(argv=passthrough, results=results, loads=loads, elapsed=elapsed, cpu_children=cpu_children),
+                indent=1,
+            )
+        )
         print(f"wrote {REPORT} and {RAW}")
 
 

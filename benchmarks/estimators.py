@@ -35,8 +35,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import (ROOT, add_common_options, argument_parser, command_line, load_average, machine_lines,
-                     markdown_table, read_csv, write_csv)
+from _common import (
+    ROOT,
+    add_common_options,
+    argument_parser,
+    command_line,
+    load_average,
+    machine_lines,
+    markdown_table,
+    read_csv,
+    write_csv,
+)
 from peers import DRIVER, environment
 
 OUT = ROOT / "docs" / "benchmarks" / "estimators"
@@ -45,9 +54,28 @@ DATA = ("airfoil", "concrete", "bikesharing", "iris", "breast_cancer")
 CLASSIFICATION = ("iris", "breast_cancer")
 IMPLEMENTATIONS = ("bde", "ours")
 LABELS = {"bde": "bde `BdeRegressor` / `BdeClassifier`", "ours": "numpyro_mile `MILERegressor` / `MILEClassifier`"}
-FIELDS = ("data", "seed", "implementation", "chains", "warmup", "samples", "thinning", "devices", "n_fit", "n_test",
-          "fit_wall", "fit_cpu", "compile_s", "lppd", "score", "coverage90", "fn_crhat", "fn_ess_per_chain",
-          "load_start", "load_end")
+FIELDS = (
+    "data",
+    "seed",
+    "implementation",
+    "chains",
+    "warmup",
+    "samples",
+    "thinning",
+    "devices",
+    "n_fit",
+    "n_test",
+    "fit_wall",
+    "fit_cpu",
+    "compile_s",
+    "lppd",
+    "score",
+    "coverage90",
+    "fn_crhat",
+    "fn_ess_per_chain",
+    "load_start",
+    "load_end",
+)
 TEST_FRACTION = 0.2
 
 
@@ -85,13 +113,19 @@ def score(predictions: Path, test_y, regression: bool) -> dict:
         mu, sigma = p["mu"], p["sigma"]
         lppd = metrics.lppd(metrics.gaussian_log_likelihood(test_y, mu, sigma))
         lower, upper = uncertainty.mixture_quantiles(mu, sigma, (0.05, 0.95))
-        return {"lppd": lppd, "score": metrics.rmse(test_y, mu.mean(0)),
-                "coverage90": float(np.mean((test_y >= lower) & (test_y <= upper)))}
+        return {
+            "lppd": lppd,
+            "score": metrics.rmse(test_y, mu.mean(0)),
+            "coverage90": float(np.mean((test_y >= lower) & (test_y <= upper))),
+        }
     proba = p["proba"].mean(0)
     index = {label: i for i, label in enumerate(p["classes"].tolist())}
     codes = np.array([index[label] for label in test_y.tolist()])
-    return {"lppd": float(np.mean(np.log(np.clip(proba[np.arange(len(codes)), codes], 1e-300, None)))),
-            "score": float(np.mean(proba.argmax(1) == codes)), "coverage90": ""}
+    return {
+        "lppd": float(np.mean(np.log(np.clip(proba[np.arange(len(codes)), codes], 1e-300, None)))),
+        "score": float(np.mean(proba.argmax(1) == codes)),
+        "coverage90": "",
+    }
 
 
 def run_one(kind: str, python: Path, settings: dict, work: Path, test_y) -> dict:
@@ -100,16 +134,25 @@ def run_one(kind: str, python: Path, settings: dict, work: Path, test_y) -> dict
     (work / "args.json").write_text(json.dumps(args))
     load_start = load_average()
     with (work / "stderr.log").open("w") as err:
-        proc = subprocess.run([str(python), str(DRIVER), f"{kind}_estimator", str(work / "args.json")],
-                              stdout=subprocess.PIPE, stderr=err, text=True, cwd=work)
+        proc = subprocess.run(
+            [str(python), str(DRIVER), f"{kind}_estimator", str(work / "args.json")],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            cwd=work,
+        )
     (work / "stdout.log").write_text(proc.stdout)
     if proc.returncode:
         raise RuntimeError(f"{kind} failed (exit {proc.returncode}); see {work / 'stderr.log'}")
-    result = json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1][len("RESULT "):])
-    return {**{k: settings[k] for k in ("data", "seed", "chains", "warmup", "samples", "thinning", "devices")},
-            "implementation": kind, **result, **score(work / "predictions.npz", test_y,
-                                                      settings["task"] == "regression"),
-            "load_start": load_start, "load_end": load_average()}
+    result = json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1][len("RESULT ") :])
+    return {
+        **{k: settings[k] for k in ("data", "seed", "chains", "warmup", "samples", "thinning", "devices")},
+        "implementation": kind,
+        **result,
+        **score(work / "predictions.npz", test_y, settings["task"] == "regression"),
+        "load_start": load_start,
+        "load_end": load_average(),
+    }
 
 
 def mean(values) -> float:
@@ -151,16 +194,43 @@ def render(rows: list[dict], out: Path, results: Path, command: str) -> str:
         for kind, runs in by_kind.items():
             regression = name not in CLASSIFICATION
             cover = mean(r["coverage90"] for r in runs)
-            table.append([name, LABELS[kind], f"{walls[kind]:.1f}", f"{mean(r['compile_s'] for r in runs):.1f}",
-                          f"{walls[kind] / walls['bde']:.2f}", f"{mean(r['lppd'] for r in runs):.3f}",
-                          ("RMSE " if regression else "accuracy ") + f"{mean(r['score'] for r in runs):.3f}",
-                          f"{cover:.3f}" if regression else "-", _or_dash(mean(r.get("fn_crhat") for r in runs)),
-                          _or_dash(mean(r.get("fn_ess_per_chain") for r in runs), ".0f"), str(len(runs))])
-    lines += markdown_table(["data", "estimator", "wall (s)", "compile (s)", "wall / bde's", "test LPPD",
-                             "RMSE / accuracy", "90 % coverage", "function cR-hat", "function ESS/chain", "seeds"],
-                            table, "llrrrrrrrrr")
-    lines += ["", "Function cR-hat and ESS/chain: `function_diagnostics(X_test)` of ours (the predicted means or logits at "
-              "the held-out rows, chain by chain; the guide's \"Diagnostics that matter\"); bde reports none."]
+            table.append(
+                [
+                    name,
+                    LABELS[kind],
+                    f"{walls[kind]:.1f}",
+                    f"{mean(r['compile_s'] for r in runs):.1f}",
+                    f"{walls[kind] / walls['bde']:.2f}",
+                    f"{mean(r['lppd'] for r in runs):.3f}",
+                    ("RMSE " if regression else "accuracy ") + f"{mean(r['score'] for r in runs):.3f}",
+                    f"{cover:.3f}" if regression else "-",
+                    _or_dash(mean(r.get("fn_crhat") for r in runs)),
+                    _or_dash(mean(r.get("fn_ess_per_chain") for r in runs), ".0f"),
+                    str(len(runs)),
+                ]
+            )
+    lines += markdown_table(
+        [
+            "data",
+            "estimator",
+            "wall (s)",
+            "compile (s)",
+            "wall / bde's",
+            "test LPPD",
+            "RMSE / accuracy",
+            "90 % coverage",
+            "function cR-hat",
+            "function ESS/chain",
+            "seeds",
+        ],
+        table,
+        "llrrrrrrrrr",
+    )
+    lines += [
+        "",
+        "Function cR-hat and ESS/chain: `function_diagnostics(X_test)` of ours (the predicted means or logits at "
+        'the held-out rows, chain by chain; the guide\'s "Diagnostics that matter"); bde reports none.',
+    ]
     lines += ["", f"Per seed: `{os.path.relpath(results, ROOT)}`."]
     verdicts = []
     for name in dict.fromkeys(r["data"] for r in rows):
@@ -168,16 +238,22 @@ def render(rows: list[dict], out: Path, results: Path, command: str) -> str:
         if not all(pair.values()):
             continue
         lppd_of = {k: {int(r["seed"]): float(r["lppd"]) for r in v} for k, v in pair.items()}
-        diffs = [lppd_of["ours"][seed] - lppd_of["bde"][seed] for seed in sorted(lppd_of["ours"])
-                 if seed in lppd_of["bde"]]
+        diffs = [
+            lppd_of["ours"][seed] - lppd_of["bde"][seed] for seed in sorted(lppd_of["ours"]) if seed in lppd_of["bde"]
+        ]
         d_lppd = statistics.fmean(diffs)
-        spread = (f" ± {statistics.stdev(diffs) / len(diffs) ** 0.5:.3f} (standard error over {len(diffs)} seeds; "
-                  f"per seed {', '.join(f'{d:+.3f}' for d in diffs)})" if len(diffs) > 1 else "")
+        spread = (
+            f" ± {statistics.stdev(diffs) / len(diffs) ** 0.5:.3f} (standard error over {len(diffs)} seeds; "
+            f"per seed {', '.join(f'{d:+.3f}' for d in diffs)})"
+            if len(diffs) > 1
+            else ""
+        )
         ratio = mean(r["fit_wall"] for r in pair["ours"]) / mean(r["fit_wall"] for r in pair["bde"])
         quality = "at least bde's" if d_lppd >= 0 else f"{-d_lppd:.3f} below bde's"
         time_word = "within bde's time" if ratio <= 1 else f"{ratio:.2f}x bde's time"
-        verdicts.append(f"- {name}: test LPPD {quality}: ours - bde {d_lppd:+.3f}{spread}; wall {time_word} "
-                        f"({ratio:.2f}x).")
+        verdicts.append(
+            f"- {name}: test LPPD {quality}: ours - bde {d_lppd:+.3f}{spread}; wall {time_word} ({ratio:.2f}x)."
+        )
     lines += ["", "Against the target (at least bde's quality at no more than its time):", "", *verdicts, ""]
     text = "\n".join(lines)
     out.write_text(text)
@@ -186,10 +262,18 @@ def render(rows: list[dict], out: Path, results: Path, command: str) -> str:
 
 def main(argv=None) -> None:
     parser = argument_parser(__doc__)
-    parser.add_argument("--bde", default="pypi", help="'pypi' (default: sklearn-contrib-bde from the package index) "
-                        "or a checkout of github.com/scikit-learn-contrib/bde")
-    parser.add_argument("--venvs", type=Path, default=Path.home() / ".cache" / "numpyro_mile" / "peers",
-                        help="folder of the peers' virtualenvs (built on first use)")
+    parser.add_argument(
+        "--bde",
+        default="pypi",
+        help="'pypi' (default: sklearn-contrib-bde from the package index) "
+        "or a checkout of github.com/scikit-learn-contrib/bde",
+    )
+    parser.add_argument(
+        "--venvs",
+        type=Path,
+        default=Path.home() / ".cache" / "numpyro_mile" / "peers",
+        help="folder of the peers' virtualenvs (built on first use)",
+    )
     parser.add_argument("--only-data", nargs="+", default=list(DATA), choices=DATA)
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--chains", type=int, default=4)
@@ -197,11 +281,20 @@ def main(argv=None) -> None:
     parser.add_argument("--samples", type=int, default=1_000)
     parser.add_argument("--thinning", type=int, default=10)
     parser.add_argument("--devices", type=int, default=None, help="host devices (default: every core)")
-    parser.add_argument("--only", nargs="+", default=list(IMPLEMENTATIONS), choices=IMPLEMENTATIONS,
-                        help="run these implementations; the other's rows of the same data, seeds and budget are "
-                        "kept from results.csv")
-    add_common_options(parser, data="the UCI .data files", out_dir=OUT, output=PAGE,
-                       render_only="render the page from results.csv without running anything")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=list(IMPLEMENTATIONS),
+        choices=IMPLEMENTATIONS,
+        help="run these implementations; the other's rows of the same data, seeds and budget are kept from results.csv",
+    )
+    add_common_options(
+        parser,
+        data="the UCI .data files",
+        out_dir=OUT,
+        output=PAGE,
+        render_only="render the page from results.csv without running anything",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -220,9 +313,14 @@ def main(argv=None) -> None:
     if "bde" in args.only:
         pythons["bde"] = environment("bde", args.bde, args.venvs)
     budget = (str(args.chains), str(args.warmup), str(args.samples), str(args.thinning))
-    kept = [r for r in read_csv(out / "results.csv", missing_ok=True)
-            if r["implementation"] not in args.only and r["data"] in args.only_data and int(r["seed"]) in args.seeds
-            and (r["chains"], r["warmup"], r["samples"], r["thinning"]) == budget]
+    kept = [
+        r
+        for r in read_csv(out / "results.csv", missing_ok=True)
+        if r["implementation"] not in args.only
+        and r["data"] in args.only_data
+        and int(r["seed"]) in args.seeds
+        and (r["chains"], r["warmup"], r["samples"], r["thinning"]) == budget
+    ]
     rows = []
     work_root = Path(tempfile.mkdtemp(prefix="estimators-"))  # draws and logs of each run, not kept
     for name in args.only_data:
@@ -231,17 +329,29 @@ def main(argv=None) -> None:
             work = work_root / f"{name}-seed{seed}"
             work.mkdir(parents=True, exist_ok=True)
             np.savez(work / "rows.npz", train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y)
-            settings = dict(data=name, seed=seed, chains=args.chains, warmup=args.warmup, samples=args.samples,
-                            thinning=args.thinning, devices=devices, rows=str(work / "rows.npz"),
-                            task="classification" if name in CLASSIFICATION else "regression")
+            settings = dict(
+                data=name,
+                seed=seed,
+                chains=args.chains,
+                warmup=args.warmup,
+                samples=args.samples,
+                thinning=args.thinning,
+                devices=devices,
+                rows=str(work / "rows.npz"),
+                task="classification" if name in CLASSIFICATION else "regression",
+            )
             rows += [r for r in kept if r["data"] == name and int(r["seed"]) == seed]
             for kind in args.only:
                 start = time.perf_counter()
                 row = run_one(kind, pythons[kind], settings, work / kind, test_y)
                 row.update(n_fit=len(train_y), n_test=len(test_y))
                 rows.append(row)
-                print(f"{name} seed {seed} {kind}: wall {row['fit_wall']:.1f} s, LPPD {row['lppd']:.3f}, "
-                      f"score {row['score']:.3f} ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+                print(
+                    f"{name} seed {seed} {kind}: wall {row['fit_wall']:.1f} s, LPPD {row['lppd']:.3f}, "
+                    f"score {row['score']:.3f} ({time.perf_counter() - start:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 write_csv(out / "results.csv", rows, FIELDS, float_format=".6g")
     print(render(rows, Path(args.output), out / "results.csv", command))
 

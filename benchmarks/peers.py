@@ -1,6 +1,7 @@
 """Peers side by side: numpyro_mile, the MILE authors' code and scikit-learn-contrib ``bde`` on UCI regression.
 
-UCI airfoil (``--data``: also energy, concrete, ...), K = 12 chains, 10,000 warmup + 2,000 sampling steps thinned 10 (200 draws per chain), seeds 1-3;
+UCI airfoil (``--data``: also energy, concrete, ...), K = 12 chains, 10,000 warmup + 2,000 sampling steps thinned
+10 (200 draws per chain), seeds 1-3;
 the network of the paper (two hidden layers of 16, ReLU, a (mu, log sigma) head, standard-normal priors) and
 each implementation's deep ensemble (500 epochs at most, patience 10, AdamW 1e-3). Every implementation gets
 every core the way its documentation configures it (the authors' ``train.py -d``, ``bde``'s ``XLA_FLAGS``,
@@ -10,8 +11,10 @@ Every sampler conditions on the same training rows (70 %): the authors' and ours
 the split's validation rows; ``bde`` gets the training rows only and holds out as many of them (its
 ``validation_split``) for its early stopping, as its documentation does.
 Each run is one fresh Python process, run one after another, never side by side, in the order authors, bde,
-ours, then ours again with ``progress_bar=False`` (a second row: what NumPyro's bar costs) per seed; ``benchmarks/_peer_drivers.py`` is what each process runs (it says what is timed).
-Two cross runs per seed locate an LPPD gap: the authors' tuning and sampling code from our deep ensemble (``authors-sampler``) and
+ours, then ours again with ``progress_bar=False`` (a second row: what NumPyro's bar costs) per seed;
+``benchmarks/_peer_drivers.py`` is what each process runs (it says what is timed).
+Two cross runs per seed locate an LPPD gap: the authors' tuning and sampling code from our deep ensemble
+(``authors-sampler``) and
 our MILE from the authors' ensemble (``ours-authors-ensemble``), each from the ensemble of the same seed's
 run in the same invocation; they are not timed against the others. ``ours-resampled`` measures the noise floor:
 our MILE again from the ``ours`` run's ensemble with another key, so that its LPPD differs from ``ours``'s by
@@ -45,28 +48,58 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import (ROOT, add_common_options, argument_parser, load_average, machine_lines,
-                     markdown_table, read_csv, write_csv)
+from _common import (
+    ROOT,
+    add_common_options,
+    argument_parser,
+    load_average,
+    machine_lines,
+    markdown_table,
+    read_csv,
+    write_csv,
+)
 
 OUT = ROOT / "docs" / "benchmarks" / "peers"
 PAGE = ROOT / "docs" / "benchmarks" / "peers.md"
 DRIVER = Path(__file__).resolve().parent / "_peer_drivers.py"
-IMPLEMENTATIONS = ("authors", "bde", "ours", "ours-quiet", "authors-sampler", "ours-authors-ensemble",
-                   "ours-resampled")
+IMPLEMENTATIONS = ("authors", "bde", "ours", "ours-quiet", "authors-sampler", "ours-authors-ensemble", "ours-resampled")
 #: the users' runs, timed and compared; the others cross ensembles and samplers to locate an LPPD gap
 TIMED = IMPLEMENTATIONS[:4]
-LABELS = {"authors": "MILE authors' code", "bde": "scikit-learn-contrib bde", "ours": "numpyro_mile (README path)",
-          "ours-quiet": "numpyro_mile, progress_bar=False (second row)",
-          "authors-sampler": "the authors' tuning + sampling code from numpyro_mile's ensemble",
-          "ours-authors-ensemble": "numpyro_mile's MILE from the authors' ensemble",
-          "ours-resampled": "numpyro_mile's MILE again from its own ensemble, another key (noise floor)"}
+LABELS = {
+    "authors": "MILE authors' code",
+    "bde": "scikit-learn-contrib bde",
+    "ours": "numpyro_mile (README path)",
+    "ours-quiet": "numpyro_mile, progress_bar=False (second row)",
+    "authors-sampler": "the authors' tuning + sampling code from numpyro_mile's ensemble",
+    "ours-authors-ensemble": "numpyro_mile's MILE from the authors' ensemble",
+    "ours-resampled": "numpyro_mile's MILE again from its own ensemble, another key (noise floor)",
+}
 #: where a cross run takes its ensemble from: the run of that kind in the same invocation
 ENSEMBLE_OF = {"authors-sampler": "ours", "ours-authors-ensemble": "authors", "ours-resampled": "ours"}
 #: the key offset of ``ours-resampled``'s MILE run
 RESAMPLED_KEY_OFFSET = 1000
-FIELDS = ["data", "implementation", "seed", "chains", "warmup", "samples", "thinning", "devices", "process_wall",
-          "fit_wall", "fit_cpu", "compile_s", "compiles", "ensemble_s", "sampler_s", "lppd", "rmse", "commit",
-          "load_start", "load_end"]
+FIELDS = [
+    "data",
+    "implementation",
+    "seed",
+    "chains",
+    "warmup",
+    "samples",
+    "thinning",
+    "devices",
+    "process_wall",
+    "fit_wall",
+    "fit_cpu",
+    "compile_s",
+    "compiles",
+    "ensemble_s",
+    "sampler_s",
+    "lppd",
+    "rmse",
+    "commit",
+    "load_start",
+    "load_end",
+]
 # the bde versions its pixi.lock pins in the default Linux environment (read from the lock, see bde_pins)
 BDE_PINNED = ("jax", "jaxlib", "numpy", "scipy", "scikit-learn", "optax", "blackjax", "chex")
 
@@ -75,16 +108,20 @@ BDE_PINNED = ("jax", "jaxlib", "numpy", "scipy", "scikit-learn", "optax", "black
 def git_commit(checkout) -> str:
     if str(checkout) == "pypi":
         return "pypi"
-    return subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True).stdout.strip() or "unknown"
+    return (
+        subprocess.run(
+            ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
 
 
 def bde_pins(checkout: Path) -> list[str]:
     """``name==version`` for :data:`BDE_PINNED` from the default environment's linux-64 block of ``pixi.lock``."""
     lock = (checkout / "pixi.lock").read_text()
-    default = lock[lock.index("\n  default:\n"):]
-    linux = default[default.index("linux-64:"):]
-    linux = linux[:re.search(r"\n      (osx|win)-", linux).start()]
+    default = lock[lock.index("\n  default:\n") :]
+    linux = default[default.index("linux-64:") :]
+    linux = linux[: re.search(r"\n      (osx|win)-", linux).start()]
     pins = {}
     for name in BDE_PINNED:
         found = re.search(rf"/{re.escape(name)}-([0-9][^-/]*)-", linux)
@@ -118,8 +155,12 @@ def environment(kind: str, checkout, venvs: Path) -> Path:
             run_logged([sys.executable, "-m", "venv", str(poetry_venv)], log)
             run_logged([str(poetry_venv / "bin" / "pip"), "install", "poetry"], log)
         env = dict(os.environ, VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
-        run_logged([str(poetry_venv / "bin" / "poetry"), "install", "--no-root", "--no-interaction", "--with", "nlp"],
-                   log, cwd=checkout, env=env)
+        run_logged(
+            [str(poetry_venv / "bin" / "poetry"), "install", "--no-root", "--no-interaction", "--with", "nlp"],
+            log,
+            cwd=checkout,
+            env=env,
+        )
     elif str(checkout) == "pypi":
         run_logged([str(venv / "bin" / "pip"), "install", "sklearn-contrib-bde"], log)
     else:
@@ -162,24 +203,37 @@ def run_one(kind: str, python: Path, settings: dict, work: Path) -> dict:
             args["init_from"] = str(source / "results" / f"mclmc_seed{settings['seed']}" / "warmstart")
             found = Path(args["init_from"]).is_dir()
         if not found:
-            raise RuntimeError(f"{label} needs the {ENSEMBLE_OF[label]} run of the same invocation: "
-                               f"add {ENSEMBLE_OF[label]} to --only")
+            raise RuntimeError(
+                f"{label} needs the {ENSEMBLE_OF[label]} run of the same invocation: add {ENSEMBLE_OF[label]} to --only"
+            )
     (work / "args.json").write_text(json.dumps(args))
     load_start, start = load_average(), time.perf_counter()
     with (work / "stderr.log").open("w") as err:
-        proc = subprocess.run([str(python), str(DRIVER), kind, str(work / "args.json")], stdout=subprocess.PIPE,
-                              stderr=err, text=True, cwd=work)
+        proc = subprocess.run(
+            [str(python), str(DRIVER), kind, str(work / "args.json")],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            cwd=work,
+        )
     wall = time.perf_counter() - start
     (work / "stdout.log").write_text(proc.stdout)
     if proc.returncode:
         raise RuntimeError(f"{kind} failed (exit {proc.returncode}); see {work / 'stderr.log'}")
     if kind == "split":
         return {}
-    result = json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1][len("RESULT "):])
+    result = json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1][len("RESULT ") :])
     lppd_value, rmse_value = score(work / "predictions.npz")
-    return {**{k: settings[k] for k in ("data", "seed", "chains", "warmup", "samples", "thinning", "devices")},
-            "implementation": label, "process_wall": wall, **result, "lppd": lppd_value, "rmse": rmse_value,
-            "load_start": load_start, "load_end": load_average()}
+    return {
+        **{k: settings[k] for k in ("data", "seed", "chains", "warmup", "samples", "thinning", "devices")},
+        "implementation": label,
+        "process_wall": wall,
+        **result,
+        "lppd": lppd_value,
+        "rmse": rmse_value,
+        "load_start": load_start,
+        "load_end": load_average(),
+    }
 
 
 # ============================================================================ page
@@ -200,7 +254,8 @@ def render(rows: list[dict], out: Path) -> str:
         "# Peers side by side: numpyro_mile, the MILE authors' code, scikit-learn-contrib bde",
         "",
         "Generated by `python benchmarks/peers.py --authors MILE-CHECKOUT --bde pypi --data "
-        + " ".join(names) + "` (see its docstring; `--only KIND` reruns one implementation, `--render-only` rewrites "
+        + " ".join(names)
+        + "` (see its docstring; `--only KIND` reruns one implementation, `--render-only` rewrites "
         "this page; results in "
         f"`{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}/results.csv`).",
         "",
@@ -231,7 +286,8 @@ def render(rows: list[dict], out: Path) -> str:
         "",
         "Environments: each peer in its own virtualenv (the authors' `poetry.lock`: JAX 0.4.28, BlackJAX 1.2.2; bde "
         "from the package index, `sklearn-contrib-bde`, or from a checkout under its `pixi.lock` pins); commits: "
-        + ", ".join(sorted({f"{r['implementation']} {r['commit']}" for r in rows})) + ".",
+        + ", ".join(sorted({f"{r['implementation']} {r['commit']}" for r in rows}))
+        + ".",
         "",
         *machine_lines(),
         f"- load average (1 min) over the runs: {min(loads):.2f} - {max(loads):.2f}",
@@ -249,8 +305,11 @@ def summary(rows: list[dict], names: list[str]) -> list[str]:
         by = {(r["implementation"], int(r["seed"])): r for r in group}
         seeds = sorted({int(r["seed"]) for r in group})
         table.append([name, *(f"{mean(by[(k, s)]['lppd'] for s in seeds if (k, s) in by):.3f}" for k in kinds)])
-        floor = [abs(float(by[("ours", s)]["lppd"]) - float(by[("ours-resampled", s)]["lppd"])) for s in seeds
-                 if ("ours", s) in by and ("ours-resampled", s) in by]
+        floor = [
+            abs(float(by[("ours", s)]["lppd"]) - float(by[("ours-resampled", s)]["lppd"]))
+            for s in seeds
+            if ("ours", s) in by and ("ours-resampled", s) in by
+        ]
         ours = [s for s in seeds if ("ours", s) in by]
         for peer in ("authors", "bde"):
             common = [s for s in ours if (peer, s) in by]
@@ -264,12 +323,18 @@ def summary(rows: list[dict], names: list[str]) -> list[str]:
                 word = "below, within the noise floor"
             else:
                 word = "below, beyond the noise floor"
-            verdicts.append(f"- {name}, against {LABELS[peer]}: ours {gap:+.3f} on the mean over seeds "
-                            f"{', '.join(map(str, common))} ({word}; noise floor {noise})")
-    return ["Test LPPD, mean over seeds (the target: ours at least each peer's on every data set, or within the "
-            "noise floor with the cause of the gap named: see each data set's cross runs):", "",
-            *markdown_table(["data", *(LABELS[k] for k in kinds)], table, "l" + "r" * len(kinds), compact=True),
-            "", *verdicts]
+            verdicts.append(
+                f"- {name}, against {LABELS[peer]}: ours {gap:+.3f} on the mean over seeds "
+                f"{', '.join(map(str, common))} ({word}; noise floor {noise})"
+            )
+    return [
+        "Test LPPD, mean over seeds (the target: ours at least each peer's on every data set, or within the "
+        "noise floor with the cause of the gap named: see each data set's cross runs):",
+        "",
+        *markdown_table(["data", *(LABELS[k] for k in kinds)], table, "l" + "r" * len(kinds), compact=True),
+        "",
+        *verdicts,
+    ]
 
 
 def section(rows: list[dict]) -> list[str]:
@@ -281,11 +346,19 @@ def section(rows: list[dict]) -> list[str]:
     for kind in present:
         runs = [by[(kind, s)] for s in seeds if (kind, s) in by]
         for label, group in [*((str(int(r["seed"])), [r]) for r in runs), ("mean", runs)]:
-            table.append([LABELS[kind] if label == "mean" else "", label,
-                          *(f"{mean(r[k] for r in group):.1f}" for k in ("fit_wall", "fit_cpu", "compile_s",
-                                                                          "ensemble_s", "sampler_s")),
-                          f"{mean(r['lppd'] for r in group):.3f}", f"{mean(r['rmse'] for r in group):.3f}",
-                          ("" if label != "mean" else f"{mean(r['process_wall'] for r in group):.1f}")])
+            table.append(
+                [
+                    LABELS[kind] if label == "mean" else "",
+                    label,
+                    *(
+                        f"{mean(r[k] for r in group):.1f}"
+                        for k in ("fit_wall", "fit_cpu", "compile_s", "ensemble_s", "sampler_s")
+                    ),
+                    f"{mean(r['lppd'] for r in group):.3f}",
+                    f"{mean(r['rmse'] for r in group):.3f}",
+                    ("" if label != "mean" else f"{mean(r['process_wall'] for r in group):.1f}"),
+                ]
+            )
     ratio_rows = []
     for mine in ("ours", "ours-quiet"):
         for kind in ("authors", "bde"):
@@ -295,18 +368,51 @@ def section(rows: list[dict]) -> list[str]:
             wall = [float(o["fit_wall"]) / float(p["fit_wall"]) for o, p in pairs]
             sampler = [float(o["sampler_s"]) / float(p["sampler_s"]) for o, p in pairs]
             dlppd = [float(o["lppd"]) - float(p["lppd"]) for o, p in pairs]
-            ratio_rows.append([LABELS[mine], LABELS[kind], ", ".join(f"{w:.2f}" for w in wall),
-                               f"{statistics.fmean(wall):.2f}", f"{statistics.fmean(sampler):.2f}",
-                               ", ".join(f"{d:+.3f}" for d in dlppd)])
+            ratio_rows.append(
+                [
+                    LABELS[mine],
+                    LABELS[kind],
+                    ", ".join(f"{w:.2f}" for w in wall),
+                    f"{statistics.fmean(wall):.2f}",
+                    f"{statistics.fmean(sampler):.2f}",
+                    ", ".join(f"{d:+.3f}" for d in dlppd),
+                ]
+            )
     return [
-        *markdown_table(["implementation", "seed", "wall s", "CPU s", "compile s", "ensemble s", "sampler s",
-                         "test LPPD", "test RMSE", "process wall s"], table, "llrrrrrrrr", compact=True),
+        *markdown_table(
+            [
+                "implementation",
+                "seed",
+                "wall s",
+                "CPU s",
+                "compile s",
+                "ensemble s",
+                "sampler s",
+                "test LPPD",
+                "test RMSE",
+                "process wall s",
+            ],
+            table,
+            "llrrrrrrrr",
+            compact=True,
+        ),
         "",
         "numpyro_mile against each peer, per seed (wall time of the whole fit as above; the issue's target is "
         "<= 0.3x at equal LPPD):",
         "",
-        *markdown_table(["ours", "peer", "our wall / theirs, per seed", "mean", "sampler ratio, mean",
-                         "our LPPD - theirs, per seed"], ratio_rows, "llllrl", compact=True),
+        *markdown_table(
+            [
+                "ours",
+                "peer",
+                "our wall / theirs, per seed",
+                "mean",
+                "sampler ratio, mean",
+                "our LPPD - theirs, per seed",
+            ],
+            ratio_rows,
+            "llllrl",
+            compact=True,
+        ),
         "",
         *verdict(ratio_rows),
         "",
@@ -325,30 +431,48 @@ def reading(by: dict, seeds: list[int]) -> list[str]:
             f"`progress_bar=False` ({on:.1f} against {off:.1f} s, the same draws): for `vectorized` chains NumPyro "
             "launches the compiled step from Python once per step, and a launch of a step split over two CPU devices "
             "costs about a millisecond (`defaults.md`). The peers compile their whole loops and update their bars "
-            "from inside them.")
+            "from inside them."
+        )
     peers = [k for k in ("authors", "bde") if any((k, s) in by for s in seeds)]
-    gaps = [float(by[("ours", s)]["lppd"]) - float(by[(k, s)]["lppd"]) for k in peers for s in seeds
-            if ("ours", s) in by and (k, s) in by]
-    floor = [(s, float(by[("ours", s)]["lppd"]), float(by[("ours-resampled", s)]["lppd"])) for s in seeds
-             if ("ours", s) in by and ("ours-resampled", s) in by]
+    gaps = [
+        float(by[("ours", s)]["lppd"]) - float(by[(k, s)]["lppd"])
+        for k in peers
+        for s in seeds
+        if ("ours", s) in by and (k, s) in by
+    ]
+    floor = [
+        (s, float(by[("ours", s)]["lppd"]), float(by[("ours-resampled", s)]["lppd"]))
+        for s in seeds
+        if ("ours", s) in by and ("ours-resampled", s) in by
+    ]
     if floor:
-        lines += ["", "Noise floor: our MILE run again from the same ensemble with another key gives test LPPD "
-                  + ", ".join(f"{b:.3f} against {a:.3f} (seed {s})" for s, a, b in floor)
-                  + f": a mean absolute difference of {statistics.fmean(abs(a - b) for _, a, b in floor):.3f}."]
+        lines += [
+            "",
+            "Noise floor: our MILE run again from the same ensemble with another key gives test LPPD "
+            + ", ".join(f"{b:.3f} against {a:.3f} (seed {s})" for s, a, b in floor)
+            + f": a mean absolute difference of {statistics.fmean(abs(a - b) for _, a, b in floor):.3f}.",
+        ]
     crossed = cross_table(by, seeds)
     if crossed:
         lines += ["", *crossed]
     elif gaps and max(gaps) < 0:
-        lines += ["", "Test LPPD: numpyro_mile is below both peers on every seed at this budget (differences in the "
-                  "table above); the cross runs (`--only authors ours authors-sampler ours-authors-ensemble`) "
-                  "say whether the ensemble or the sampler makes the gap. At the paper's budget (50,000 + 10,000 "
-                  "steps) see `uci_paper/results.md`."]
+        lines += [
+            "",
+            "Test LPPD: numpyro_mile is below both peers on every seed at this budget (differences in the "
+            "table above); the cross runs (`--only authors ours authors-sampler ours-authors-ensemble`) "
+            "say whether the ensemble or the sampler makes the gap. At the paper's budget (50,000 + 10,000 "
+            "steps) see `uci_paper/results.md`.",
+        ]
     return lines
 
 
 #: (ensemble, sampler) -> the kind whose rows hold that combination
-CROSS = {("ours", "ours"): "ours", ("ours", "authors"): "authors-sampler",
-         ("authors", "authors"): "authors", ("authors", "ours"): "ours-authors-ensemble"}
+CROSS = {
+    ("ours", "ours"): "ours",
+    ("ours", "authors"): "authors-sampler",
+    ("authors", "authors"): "authors",
+    ("authors", "ours"): "ours-authors-ensemble",
+}
 
 
 def cross_table(by: dict, seeds: list[int]) -> list[str]:
@@ -362,8 +486,16 @@ def cross_table(by: dict, seeds: list[int]) -> list[str]:
         return [float(by[(CROSS[(ensemble, sampler)], s)]["lppd"]) for s in group]
 
     names = {"ours": "numpyro_mile's", "authors": "the authors'"}
-    rows = [[f"{names[e]} ensemble", *(", ".join(f"{v:.3f}" for v in lppd(e, m)) + f" (mean {mean(lppd(e, m)):.3f})"
-                                       for m in ("ours", "authors"))] for e in ("ours", "authors")]
+    rows = [
+        [
+            f"{names[e]} ensemble",
+            *(
+                ", ".join(f"{v:.3f}" for v in lppd(e, m)) + f" (mean {mean(lppd(e, m)):.3f})"
+                for m in ("ours", "authors")
+            ),
+        ]
+        for e in ("ours", "authors")
+    ]
     sampler_effect = [o - a for e in ("ours", "authors") for o, a in zip(lppd(e, "ours"), lppd(e, "authors"))]
     ensemble_effect = [o - a for m in ("ours", "authors") for o, a in zip(lppd("ours", m), lppd("authors", m))]
     return [
@@ -388,38 +520,61 @@ def verdict(ratio_rows: list[list]) -> list[str]:
         return []
     worst = max(float(r[3]) for r in rows)
     lppd_gap = min(min(float(d) for d in r[5].split(", ")) for r in rows)
-    return [f"Verdict: the target (<= 0.3x each peer's wall time at equal LPPD) is {'met' if worst <= 0.3 else 'missed'}. "
-            "On the README path our fit takes " + " and ".join(f"{r[3]}x the wall time of {r[1]}" for r in rows)
-            + f" (means over seeds); our test LPPD is {'at least equal' if lppd_gap >= 0 else 'lower, by up to ' + format(-lppd_gap, '.3f')}."]
+    return [
+        f"Verdict: the target (<= 0.3x each peer's wall time at equal LPPD) is {'met' if worst <= 0.3 else 'missed'}. "
+        "On the README path our fit takes "
+        + " and ".join(f"{r[3]}x the wall time of {r[1]}" for r in rows)
+        + " (means over seeds); our test LPPD is "
+        + ("at least equal." if lppd_gap >= 0 else f"lower, by up to {-lppd_gap:.3f}.")
+    ]
 
 
 def save(results: Path, rows: list[dict]) -> None:
     """``rows`` into ``results``, replacing the rows of the same data set, implementation and seed."""
     results.parent.mkdir(parents=True, exist_ok=True)
     new = {(data_of(r), r["implementation"], int(r["seed"])) for r in rows}
-    old = [{**r, "data": data_of(r)} for r in read_csv(results, missing_ok=True)
-           if (data_of(r), r["implementation"], int(r["seed"])) not in new]
+    old = [
+        {**r, "data": data_of(r)}
+        for r in read_csv(results, missing_ok=True)
+        if (data_of(r), r["implementation"], int(r["seed"])) not in new
+    ]
     write_csv(results, old + rows, FIELDS, float_format=".6g")
 
 
 def main(argv=None) -> None:
     parser = argument_parser(__doc__)
-    add_common_options(parser, out_dir=OUT, output=PAGE, no_write="print the page only",
-                       render_only="rewrite the page from results.csv")
+    add_common_options(
+        parser,
+        out_dir=OUT,
+        output=PAGE,
+        no_write="print the page only",
+        render_only="rewrite the page from results.csv",
+    )
     parser.add_argument("--authors", type=Path, help="checkout of github.com/EmanuelSommer/MILE")
-    parser.add_argument("--bde", help="'pypi' (the package index, sklearn-contrib-bde) or a checkout of "
-                        "github.com/scikit-learn-contrib/bde")
+    parser.add_argument(
+        "--bde",
+        help="'pypi' (the package index, sklearn-contrib-bde) or a checkout of github.com/scikit-learn-contrib/bde",
+    )
     parser.add_argument("--data", nargs="+", default=["airfoil"], help="UCI data sets of the authors' data/ folder")
-    parser.add_argument("--venvs", type=Path, default=Path.home() / ".cache" / "numpyro_mile" / "peers",
-                        help="where the peers' virtualenvs are built (once per checkout commit)")
+    parser.add_argument(
+        "--venvs",
+        type=Path,
+        default=Path.home() / ".cache" / "numpyro_mile" / "peers",
+        help="where the peers' virtualenvs are built (once per checkout commit)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--chains", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=10_000)
     parser.add_argument("--samples", type=int, default=2_000)
     parser.add_argument("--thinning", type=int, default=10)
     parser.add_argument("--devices", type=int, default=os.cpu_count() or 1, help="devices (cores) for everyone")
-    parser.add_argument("--only", nargs="+", choices=IMPLEMENTATIONS, default=list(IMPLEMENTATIONS),
-                        help="implementations to run (results of the others are kept in results.csv)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=IMPLEMENTATIONS,
+        default=list(IMPLEMENTATIONS),
+        help="implementations to run (results of the others are kept in results.csv)",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     results = out / "results.csv"
@@ -428,12 +583,23 @@ def main(argv=None) -> None:
     else:
         if args.authors is None:
             parser.error("--authors CHECKOUT is needed: the authors' data loader makes the split everyone uses")
-        pythons = {"authors": environment("authors", args.authors, args.venvs), "ours": Path(sys.executable),
-                   "ours-quiet": Path(sys.executable), "ours-authors-ensemble": Path(sys.executable)}
+        pythons = {
+            "authors": environment("authors", args.authors, args.venvs),
+            "ours": Path(sys.executable),
+            "ours-quiet": Path(sys.executable),
+            "ours-authors-ensemble": Path(sys.executable),
+        }
         pythons["authors-sampler"] = pythons["authors"]
         pythons["split"] = pythons["authors"]
-        checkouts = {"authors": args.authors, "bde": args.bde, "ours": ROOT, "ours-quiet": ROOT,
-                     "authors-sampler": args.authors, "ours-authors-ensemble": ROOT, "ours-resampled": ROOT}
+        checkouts = {
+            "authors": args.authors,
+            "bde": args.bde,
+            "ours": ROOT,
+            "ours-quiet": ROOT,
+            "authors-sampler": args.authors,
+            "ours-authors-ensemble": ROOT,
+            "ours-resampled": ROOT,
+        }
         pythons["ours-resampled"] = Path(sys.executable)
         if "bde" in args.only:
             if args.bde is None:
@@ -444,21 +610,33 @@ def main(argv=None) -> None:
             for name in args.data:
                 for seed in args.seeds:
                     work = Path(tmp) / name / f"seed{seed}"
-                    settings = dict(data=name, seed=seed, chains=args.chains, warmup=args.warmup,
-                                    samples=args.samples, thinning=args.thinning, devices=args.devices,
-                                    checkout=str(args.authors.resolve()), split=str(work / "split" / "split.npz"))
+                    settings = dict(
+                        data=name,
+                        seed=seed,
+                        chains=args.chains,
+                        warmup=args.warmup,
+                        samples=args.samples,
+                        thinning=args.thinning,
+                        devices=args.devices,
+                        checkout=str(args.authors.resolve()),
+                        split=str(work / "split" / "split.npz"),
+                    )
                     run_one("split", pythons["split"], settings, work / "split")
                     for kind in (k for k in IMPLEMENTATIONS if k in args.only):
                         row = run_one(kind, pythons[kind], settings, work / kind)
                         row["commit"] = git_commit(checkouts[kind])
                         rows.append(row)
-                        print(f"{name} seed {seed} {kind}: wall {row['fit_wall']:.1f} s, compile "
-                              f"{row['compile_s']:.1f} s, LPPD {row['lppd']:.3f}, RMSE {row['rmse']:.3f}",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"{name} seed {seed} {kind}: wall {row['fit_wall']:.1f} s, compile "
+                            f"{row['compile_s']:.1f} s, LPPD {row['lppd']:.3f}, RMSE {row['rmse']:.3f}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                         if not args.no_write:  # after every run: an interrupted invocation keeps what it measured
                             save(results, [row])
-        text = render(read_csv(results) if not args.no_write else
-                      [{k: str(v) for k, v in r.items()} for r in rows], out)
+        text = render(
+            read_csv(results) if not args.no_write else [{k: str(v) for k, v in r.items()} for r in rows], out
+        )
     print(text)
     if not args.no_write:
         Path(args.output).write_text(text)

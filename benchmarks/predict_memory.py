@@ -30,8 +30,16 @@ import sys
 import time
 from pathlib import Path
 
-from _common import (ROOT, Stopwatch, add_common_options, argument_parser, load_average, load_span, machine_summary,
-                     markdown_table)
+from _common import (
+    ROOT,
+    Stopwatch,
+    add_common_options,
+    argument_parser,
+    load_average,
+    load_span,
+    machine_summary,
+    markdown_table,
+)
 
 NUM_SAMPLES = 12_000
 NUM_TEST = 10_000
@@ -44,8 +52,8 @@ PREDICTIVE_SAMPLES = (1_000, 3_000, NUM_SAMPLES)
 
 MODES = {
     "setup": "imports, data, samples only",
-    "moments": f"`predict(reduce=\"moments\", batch_size={BATCH_SIZE})` (CPU default: `lax.map` in a chunk)",
-    "moments_vmap": f"`predict(reduce=\"moments\", batch_size={BATCH_SIZE}, parallel=True)` (`vmap` in a chunk)",
+    "moments": f'`predict(reduce="moments", batch_size={BATCH_SIZE})` (CPU default: `lax.map` in a chunk)',
+    "moments_vmap": f'`predict(reduce="moments", batch_size={BATCH_SIZE}, parallel=True)` (`vmap` in a chunk)',
     "per_sample": f"`predict(batch_size={BATCH_SIZE})`, all `(S, N)` outputs kept",
     "log_likelihood": f"`log_likelihood(batch_size={BATCH_SIZE})`, `(S, N)` kept",
     "predictive": "`Predictive(model, samples)` (default `parallel=False`)",
@@ -89,8 +97,16 @@ def run_mode(mode: str, num_samples: int) -> dict:
         if mode == "setup":
             kept = 0
         elif mode in ("moments", "moments_vmap"):
-            out = predict(mlp_regression, samples, X_test, batch_size=BATCH_SIZE, reduce="moments", rng_key=key,
-                          parallel=mode == "moments_vmap", hidden=HIDDEN)
+            out = predict(
+                mlp_regression,
+                samples,
+                X_test,
+                batch_size=BATCH_SIZE,
+                reduce="moments",
+                rng_key=key,
+                parallel=mode == "moments_vmap",
+                hidden=HIDDEN,
+            )
             kept = sum(m.mean.nbytes + m.var.nbytes for m in out.values())
         elif mode == "per_sample":
             out = predict(mlp_regression, samples, X_test, batch_size=BATCH_SIZE, rng_key=key, hidden=HIDDEN)
@@ -128,17 +144,34 @@ def _child(mode: str, num_samples: int, limit_gib: float | None) -> dict:
         return json.loads(lines[-1])
     match = re.search(r"Out of memory[^.\n]*", proc.stderr)
     reason = match.group(0) if match else (proc.stderr.strip().splitlines() or ["(no output)"])[-1][-200:]
-    return {"mode": mode, "num_samples": num_samples, "ok": False, "error": f"exit {proc.returncode}: {reason}",
-            "limit_gib": limit_gib}
+    return {
+        "mode": mode,
+        "num_samples": num_samples,
+        "ok": False,
+        "error": f"exit {proc.returncode}: {reason}",
+        "limit_gib": limit_gib,
+    }
 
 
 def _cells(row: dict, floor: float) -> list:
     label = MODES[row["mode"]]
     if not row["ok"]:
-        return [label, f"{row['num_samples']:,}", f"failed above the {row['limit_gib']} GiB data limit "
-                f"(`{row['error']}`)", "–", "–", "–"]
-    return [label, f"{row['num_samples']:,}", f"{row['peak_mib']:,.0f}", f"{row['peak_mib'] - floor:,.0f}",
-            f"{row['result_mib']:,.1f}", f"{row['seconds']:.1f}"]
+        return [
+            label,
+            f"{row['num_samples']:,}",
+            f"failed above the {row['limit_gib']} GiB data limit (`{row['error']}`)",
+            "–",
+            "–",
+            "–",
+        ]
+    return [
+        label,
+        f"{row['num_samples']:,}",
+        f"{row['peak_mib']:,.0f}",
+        f"{row['peak_mib'] - floor:,.0f}",
+        f"{row['result_mib']:,.1f}",
+        f"{row['seconds']:.1f}",
+    ]
 
 
 def main_all(output: Path) -> None:
@@ -168,13 +201,16 @@ def main_all(output: Path) -> None:
         "returned arrays, time includes compilation. Unchunked `Predictive` runs under an "
         f"`RLIMIT_DATA` of {PREDICTIVE_LIMIT_GIB} GiB so that it fails instead of exhausting the machine.",
         "",
-        *markdown_table(["mode", "samples", "peak RSS (MiB)", "above setup (MiB)", "result (MiB)", "time (s)"],
-                        [_cells(row, floor) for row in rows], compact=True),
+        *markdown_table(
+            ["mode", "samples", "peak RSS (MiB)", "above setup (MiB)", "result (MiB)", "time (s)"],
+            [_cells(row, floor) for row in rows],
+            compact=True,
+        ),
         "",
         "Reading the table: `Predictive` by default (`parallel=False`) already loops over samples "
         "with `lax.map`, so its peak is the `(S, N)` results plus one sample's intermediates; "
         "keeping every sample's output with `predict` costs the same plus one chunk. The saving of "
-        "streaming is `reduce=\"moments\"`, which keeps only `(N,)` accumulators per site: its "
+        'streaming is `reduce="moments"`, which keeps only `(N,)` accumulators per site: its '
         "peak above setup is one chunk's outputs and intermediates and does not grow with the "
         "number of samples. `Predictive(parallel=True)` vectorises over all samples and materialises "
         "the `(S, N, 16)` hidden activations "

@@ -36,11 +36,38 @@ import numpy as np
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests): find _common beside it
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (ROOT, Stopwatch, add_common_options, append_csv, argument_parser, command_line, data_dir,
-                     load_average, machine_summary, markdown_table, pyplot, read_csv)
+from _common import (
+    ROOT,
+    Stopwatch,
+    add_common_options,
+    append_csv,
+    argument_parser,
+    command_line,
+    data_dir,
+    load_average,
+    machine_summary,
+    markdown_table,
+    pyplot,
+    read_csv,
+)
 
-FIELDS = ["sweep", "dataset", "width", "train_rows", "num_params", "method", "budget", "seconds", "cpu_seconds",
-          "compile_seconds", "grad_evals", "projected_seconds", "rmse", "lppd", "loadavg"]
+FIELDS = [
+    "sweep",
+    "dataset",
+    "width",
+    "train_rows",
+    "num_params",
+    "method",
+    "budget",
+    "seconds",
+    "cpu_seconds",
+    "compile_seconds",
+    "grad_evals",
+    "projected_seconds",
+    "rmse",
+    "lppd",
+    "loadavg",
+]
 PAPER_MILE_STEPS = 60_000
 PAPER_BDE = (100, 1000)
 
@@ -62,29 +89,65 @@ def run_point(sweep: str, dataset: str, width: int, rows: int | None, args) -> l
 
     train, val, X_test, y_test = load(dataset, data_dir(args.data), rows)
     hidden = (width, width)
-    de = deep_ensemble(mlp_regression, jax.random.PRNGKey(0), args.chains, *train, validation=val,
-                       max_epochs=args.epochs, progress_bar=False, hidden=hidden)
+    de = deep_ensemble(
+        mlp_regression,
+        jax.random.PRNGKey(0),
+        args.chains,
+        *train,
+        validation=val,
+        max_epochs=args.epochs,
+        progress_bar=False,
+        hidden=hidden,
+    )
     num_params = sum(int(np.prod(v.shape[1:])) for v in de.init_params.values())
     base = dict(sweep=sweep, dataset=dataset, width=width, train_rows=len(train[1]), num_params=num_params)
     rows_out = []
 
     mw, ms = args.mile
-    mile = run_mile(mlp_regression, de, train, X_test, y_test, rng_key=jax.random.PRNGKey(1), num_warmup=mw,
-                    num_samples=ms, thinning=10, projected_steps=PAPER_MILE_STEPS, hidden=hidden)
+    mile = run_mile(
+        mlp_regression,
+        de,
+        train,
+        X_test,
+        y_test,
+        rng_key=jax.random.PRNGKey(1),
+        num_warmup=mw,
+        num_samples=ms,
+        thinning=10,
+        projected_steps=PAPER_MILE_STEPS,
+        hidden=hidden,
+    )
     rows_out.append({**base, "method": "MILE", "budget": f"{mw}+{ms}", **_measured(mile)})
 
     bw, bs = args.bde
-    bde = run_bde(mlp_regression, de, train, X_test, y_test, rng_key=jax.random.PRNGKey(2), num_warmup=bw,
-                  num_samples=bs, projected_warmup=PAPER_BDE[0], projected_samples=PAPER_BDE[1], hidden=hidden)
+    bde = run_bde(
+        mlp_regression,
+        de,
+        train,
+        X_test,
+        y_test,
+        rng_key=jax.random.PRNGKey(2),
+        num_warmup=bw,
+        num_samples=bs,
+        projected_warmup=PAPER_BDE[0],
+        projected_samples=PAPER_BDE[1],
+        hidden=hidden,
+    )
     rows_out.append({**base, "method": "BDE", "budget": f"{bw}+{bs}", **_measured(bde)})
     return rows_out
 
 
 def _measured(result) -> dict:
-    return dict(seconds=round(result.seconds, 2), cpu_seconds=round(result.cpu_seconds, 2),
-                compile_seconds=round(result.compile_seconds, 2), grad_evals=result.grad_evals,
-                projected_seconds=round(result.projected_seconds, 2),
-                rmse=round(result.rmse, 4), lppd=round(result.lppd, 4), loadavg=f"{load_average():.1f}")
+    return dict(
+        seconds=round(result.seconds, 2),
+        cpu_seconds=round(result.cpu_seconds, 2),
+        compile_seconds=round(result.compile_seconds, 2),
+        grad_evals=result.grad_evals,
+        projected_seconds=round(result.projected_seconds, 2),
+        rmse=round(result.rmse, 4),
+        lppd=round(result.lppd, 4),
+        loadavg=f"{load_average():.1f}",
+    )
 
 
 def fit_exponent(sizes, times) -> tuple[float, float]:
@@ -109,22 +172,52 @@ def summarise(rows: list[dict]) -> str:
         table = []
         for size in sorted(by_size):
             pair = by_size[size]
-            ratio = (float(pair["BDE"]["projected_seconds"]) / float(pair["MILE"]["projected_seconds"])
-                     if {"BDE", "MILE"} <= set(pair) else float("nan"))
-            table += [[f"{size:,.0f}", r["width"], method, r["budget"], f"{float(r['seconds']):.1f}",
-                       f"{float(r['cpu_seconds']):.1f}", f"{float(r['projected_seconds']):.0f}", f"{ratio:.1f}",
-                       f"{float(r['rmse']):.3f}", f"{float(r['lppd']):.3f}"]
-                      for method, r in ((m, pair[m]) for m in ("MILE", "BDE") if m in pair)]
+            ratio = (
+                float(pair["BDE"]["projected_seconds"]) / float(pair["MILE"]["projected_seconds"])
+                if {"BDE", "MILE"} <= set(pair)
+                else float("nan")
+            )
+            table += [
+                [
+                    f"{size:,.0f}",
+                    r["width"],
+                    method,
+                    r["budget"],
+                    f"{float(r['seconds']):.1f}",
+                    f"{float(r['cpu_seconds']):.1f}",
+                    f"{float(r['projected_seconds']):.0f}",
+                    f"{ratio:.1f}",
+                    f"{float(r['rmse']):.3f}",
+                    f"{float(r['lppd']):.3f}",
+                ]
+                for method, r in ((m, pair[m]) for m in ("MILE", "BDE") if m in pair)
+            ]
         lines += [f"### {sweep} sweep ({rs[0]['dataset']}): time vs {label}", ""] + markdown_table(
-            [label, "width", "method", "measured budget", "measured s", "CPU s", "projected s (paper budget)",
-             "BDE / MILE (projected)", "test RMSE", "test LPPD"], table, "rrllrrrrrr", compact=True)
+            [
+                label,
+                "width",
+                "method",
+                "measured budget",
+                "measured s",
+                "CPU s",
+                "projected s (paper budget)",
+                "BDE / MILE (projected)",
+                "test RMSE",
+                "test LPPD",
+            ],
+            table,
+            "rrllrrrrrr",
+            compact=True,
+        )
         lines.append("")
         for method in ("MILE", "BDE"):
             pts = [(size_of(r), float(r["projected_seconds"])) for r in rs if r["method"] == method]
             if len(pts) >= 2:
                 b, _ = fit_exponent(*zip(*pts))
-                lines.append(f"- {method}: projected time ~ {label.split()[-1]}^{b:.2f} (least squares on log-log, "
-                             f"{len(pts)} points)")
+                lines.append(
+                    f"- {method}: projected time ~ {label.split()[-1]}^{b:.2f} (least squares on log-log, "
+                    f"{len(pts)} points)"
+                )
         lines.append("")
     return "\n".join(lines)
 
@@ -136,8 +229,11 @@ def plot(rows: list[dict], png: Path) -> None:
     fig, axes = plt.subplots(1, len(sweeps), figsize=(5 * len(sweeps), 4), squeeze=False)
     for ax, sweep in zip(axes[0], sweeps):
         for method, marker in (("MILE", "o"), ("BDE", "s")):
-            pts = sorted((size_of(r), float(r["projected_seconds"])) for r in rows
-                         if r["sweep"] == sweep and r["method"] == method)
+            pts = sorted(
+                (size_of(r), float(r["projected_seconds"]))
+                for r in rows
+                if r["sweep"] == sweep and r["method"] == method
+            )
             if pts:
                 x, t = zip(*pts)
                 ax.plot(x, t, marker=marker, label=method)
@@ -170,7 +266,10 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "results.csv"
-    done = {(r["sweep"], r["width"], r["train_rows"] if r["sweep"] == "data" else "") for r in read_csv(csv_path, missing_ok=True)}
+    done = {
+        (r["sweep"], r["width"], r["train_rows"] if r["sweep"] == "data" else "")
+        for r in read_csv(csv_path, missing_ok=True)
+    }
     points = [("width", "bikesharing", w, None) for w in args.widths]
     points += [("data", "protein", 16, n) for n in args.sizes]
     for sweep, dataset, width, rows in points:
@@ -181,9 +280,12 @@ def main(argv=None) -> int:
         with Stopwatch() as clock:
             new = run_point(sweep, dataset, width, rows, args)
             append_csv(csv_path, new, FIELDS)
-        print(f"[{sweep} {dataset} w={width} n={rows}] " + "; ".join(
-            f"{r['method']} {r['seconds']} s -> {r['projected_seconds']} s" for r in new)
-            + f" ({clock.wall:.0f} s)", file=sys.stderr)
+        print(
+            f"[{sweep} {dataset} w={width} n={rows}] "
+            + "; ".join(f"{r['method']} {r['seconds']} s -> {r['projected_seconds']} s" for r in new)
+            + f" ({clock.wall:.0f} s)",
+            file=sys.stderr,
+        )
     rows = read_csv(csv_path, missing_ok=True)
     (out / "results.md").write_text(
         f"# Scaling ablation: MILE vs BDE sampler time\n\nGenerated by `{command_line(__file__, argv)}` on "
@@ -196,7 +298,10 @@ def main(argv=None) -> int:
         "tiny run) is most of each measured time, and the projection multiplies the remainder by up to "
         "60k / (W + S) for MILE and 1000 / S for BDE, so noise in the compile estimate (other jobs on the "
         "machine) is amplified as much. Treat exponents and ratios from a loaded machine as rough; rerun with "
-        "larger `--mile` / `--bde` budgets on an idle machine (the CSV is resumable per point).\n\n" + summarise(rows) + "\n![scaling](scaling.png)\n")
+        "larger `--mile` / `--bde` budgets on an idle machine (the CSV is resumable per point).\n\n"
+        + summarise(rows)
+        + "\n![scaling](scaling.png)\n"
+    )
     plot(rows, out / "scaling.png")
     print(summarise(rows))
     return 0

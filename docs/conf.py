@@ -66,12 +66,18 @@ myst_dmath_double_inline = True
 # every internal reference must resolve (-n); external packages have no inventory offline
 nitpicky = True
 nitpick_ignore_regex = [
-    (r"py:.*", r"(jax|jaxlib|numpy|np|jnp|numpyro|optax|flax|arviz|az|matplotlib|plt|scipy|sklearn|blackjax|tqdm"
-               r"|pathlib|os|typing|collections|concurrent|types|abc)(\..*)?"),
-    (r"py:.*", r"(Array|ArrayLike|Callable|Mapping|Sequence|Iterable|Iterator|Any|Path|PathLike|ndarray|"
-               r"PRNGKey|DType|dtype|Optional|Union|Literal|NamedTuple|Messenger|MCMCKernel|"
-               r"InferenceData|ArrayTree|PyTree|Axes|Figure|Mesh|NamedSharding|Device|Sharding|optional|callable|"
-               r"array_like|array|default)"),
+    (
+        r"py:.*",
+        r"(jax|jaxlib|numpy|np|jnp|numpyro|optax|flax|arviz|az|matplotlib|plt|scipy|sklearn|blackjax|tqdm"
+        r"|pathlib|os|typing|collections|concurrent|types|abc)(\..*)?",
+    ),
+    (
+        r"py:.*",
+        r"(Array|ArrayLike|Callable|Mapping|Sequence|Iterable|Iterator|Any|Path|PathLike|ndarray|"
+        r"PRNGKey|DType|dtype|Optional|Union|Literal|NamedTuple|Messenger|MCMCKernel|"
+        r"InferenceData|ArrayTree|PyTree|Axes|Figure|Mesh|NamedSharding|Device|Sharding|optional|callable|"
+        r"array_like|array|default)",
+    ),
     (r"py:.*", r"(\w+\.)*_[A-Za-z]\w*(\.\w+)*"),  # private modules, helpers and bases: not documented
 ]
 # Benchmark pages are written by benchmarks/ scripts (other authors): their heading levels are not ours.
@@ -79,8 +85,12 @@ suppress_warnings = ["myst.header"]
 
 # ------------------------------------------------------------------ autodoc
 # scikit-learn generates set_*_request methods on every estimator class (metadata routing): theirs, not ours
-autodoc_default_options = {"members": True, "show-inheritance": False, "member-order": "bysource",
-                           "exclude-members": "set_fit_request,set_score_request,set_predict_request"}
+autodoc_default_options = {
+    "members": True,
+    "show-inheritance": False,
+    "member-order": "bysource",
+    "exclude-members": "set_fit_request,set_score_request,set_predict_request",
+}
 autodoc_typehints = "description"
 autodoc_typehints_description_target = "documented_params"
 autodoc_preserve_defaults = True
@@ -98,8 +108,12 @@ import numpy as np
 """
 import doctest as _doctest  # noqa: E402
 
-doctest_default_flags = (_doctest.ELLIPSIS | _doctest.NORMALIZE_WHITESPACE | _doctest.IGNORE_EXCEPTION_DETAIL
-                         | _doctest.DONT_ACCEPT_TRUE_FOR_1)
+doctest_default_flags = (
+    _doctest.ELLIPSIS
+    | _doctest.NORMALIZE_WHITESPACE
+    | _doctest.IGNORE_EXCEPTION_DETAIL
+    | _doctest.DONT_ACCEPT_TRUE_FOR_1
+)
 doctest_show_successes = False
 
 # ------------------------------------------------------------------ HTML
@@ -140,8 +154,10 @@ class ApiModules(Directive):
                 continue
             name, flags = words[0], set(words[1:])
             if flags - self.flags:
-                raise self.error(f"api-modules: unknown flag(s) {sorted(flags - self.flags)} for {name}; "
-                                 f"known: {sorted(self.flags)}.")
+                raise self.error(
+                    f"api-modules: unknown flag(s) {sorted(flags - self.flags)} for {name}; "
+                    f"known: {sorted(self.flags)}."
+                )
             try:
                 found = importlib.util.find_spec(name) is not None
             except ModuleNotFoundError:
@@ -150,8 +166,9 @@ class ApiModules(Directive):
                 if "optional" in flags:
                     logger.info(f"api-modules: optional module {name} is absent; skipped")
                     continue
-                raise self.error(f"api-modules: module {name!r} not found (add the flag 'optional' if it may be "
-                                 "absent).")
+                raise self.error(
+                    f"api-modules: module {name!r} not found (add the flag 'optional' if it may be absent)."
+                )
             importlib.import_module(name)  # an import error is a build error
             rst += [name, "-" * len(name), "", f".. automodule:: {name}"]
             if "nomembers" in flags:
@@ -249,8 +266,9 @@ def resolve_alias(app, env, node, contnode):
     new = node.deepcopy()
     new["reftarget"] = candidates[0]
     new["refspecific"] = False
-    return domain.resolve_xref(env, node.get("refdoc", ""), app.builder, node.get("reftype", "obj"),
-                               candidates[0], new, contnode)
+    return domain.resolve_xref(
+        env, node.get("refdoc", ""), app.builder, node.get("reftype", "obj"), candidates[0], new, contnode
+    )
 
 
 def setup(app):

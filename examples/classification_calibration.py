@@ -31,13 +31,19 @@ numpyro.set_host_device_count(os.cpu_count())
 OPTIONS = dict(num_classes=10, hidden=(16, 16))
 
 
-def posterior_samples(train, *, members: int, max_epochs: int, num_warmup: int, num_samples: int,
-                      approx_steps: int, num_draws: int) -> dict[str, dict]:
+def posterior_samples(
+    train, *, members: int, max_epochs: int, num_warmup: int, num_samples: int, approx_steps: int, num_draws: int
+) -> dict[str, dict]:
     """Constrained samples of every method, dict method -> dict site -> (S, ...)."""
     key = jax.random.PRNGKey(0)
     de = deep_ensemble(mlp_classification, key, members, *train, max_epochs=max_epochs, **OPTIONS)
-    mcmc = MCMC(MILE(mlp_classification), num_warmup=num_warmup, num_samples=num_samples, num_chains=members,
-                chain_method="vectorized")
+    mcmc = MCMC(
+        MILE(mlp_classification),
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=members,
+        chain_method="vectorized",
+    )
     mcmc.run(jax.random.PRNGKey(1), *train, init_params=de.init_params, **OPTIONS)
     out = {"DE": de.samples, "MILE": mcmc.get_samples()}
     batch = dict(subsample_size=64, **OPTIONS)
@@ -52,24 +58,48 @@ def evaluate(probs_test: np.ndarray, probs_val: np.ndarray, y_test, y_val) -> di
     """Test metrics of the predictive mean, and NLL / ECE after temperature scaling fitted on validation."""
     T = metrics.fit_temperature(np.log(probs_val), y_val)  # log predictive probabilities as logits
     scaled = metrics.apply_temperature(np.log(probs_test), T)
-    return dict(accuracy=metrics.accuracy(probs_test, y_test), nll=metrics.nll(probs_test, y_test),
-                ece=metrics.ece(probs_test, y_test), mce=metrics.mce(probs_test, y_test), T=T,
-                nll_T=metrics.nll(scaled, y_test), ece_T=metrics.ece(scaled, y_test))
+    return dict(
+        accuracy=metrics.accuracy(probs_test, y_test),
+        nll=metrics.nll(probs_test, y_test),
+        ece=metrics.ece(probs_test, y_test),
+        mce=metrics.mce(probs_test, y_test),
+        T=T,
+        nll_T=metrics.nll(scaled, y_test),
+        ece_T=metrics.ece(scaled, y_test),
+    )
 
 
-def main(members: int = 4, max_epochs: int = 500, num_warmup: int = 2_000, num_samples: int = 500,
-         approx_steps: int = 5_000, num_draws: int = 100, plot: str | None = None) -> dict[str, dict[str, float]]:
+def main(
+    members: int = 4,
+    max_epochs: int = 500,
+    num_warmup: int = 2_000,
+    num_samples: int = 500,
+    approx_steps: int = 5_000,
+    num_draws: int = 100,
+    plot: str | None = None,
+) -> dict[str, dict[str, float]]:
     train, (X_val, y_val), (X_test, y_test) = digits(seed=0)
-    samples = posterior_samples(train, members=members, max_epochs=max_epochs, num_warmup=num_warmup,
-                                num_samples=num_samples, approx_steps=approx_steps, num_draws=num_draws)
+    samples = posterior_samples(
+        train,
+        members=members,
+        max_epochs=max_epochs,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        approx_steps=approx_steps,
+        num_draws=num_draws,
+    )
     probs = {name: predictive_probs(mlp_classification, s, X_test, **OPTIONS) for name, s in samples.items()}
-    results = {name: evaluate(probs[name], predictive_probs(mlp_classification, s, X_val, **OPTIONS), y_test, y_val)
-               for name, s in samples.items()}
+    results = {
+        name: evaluate(probs[name], predictive_probs(mlp_classification, s, X_val, **OPTIONS), y_test, y_val)
+        for name, s in samples.items()
+    }
     print(f"digits: {train[0].shape[0]} training images, {len(y_test)} test images; predictive mean of each method")
     print("method   accuracy   NLL    ECE    MCE  |  T     NLL(T)  ECE(T)")
     for name, r in results.items():
-        print(f"{name:8s} {r['accuracy']:8.3f} {r['nll']:6.3f} {r['ece']:6.3f} {r['mce']:6.3f} | {r['T']:5.2f} "
-              f"{r['nll_T']:7.3f} {r['ece_T']:7.3f}")
+        print(
+            f"{name:8s} {r['accuracy']:8.3f} {r['nll']:6.3f} {r['ece']:6.3f} {r['mce']:6.3f} | {r['T']:5.2f} "
+            f"{r['nll_T']:7.3f} {r['ece_T']:7.3f}"
+        )
     if plot:
         from numpyro_mile import plots
 

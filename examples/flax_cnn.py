@@ -52,17 +52,31 @@ def model(X, y=None):
         numpyro.sample("y", dist.Categorical(logits=logits), obs=obs)
 
 
-def main(num_chains: int = 4, num_warmup: int = 1_000, num_samples: int = 200, thinning: int = 2,
-         max_epochs: int = 200, max_rows: int | None = None) -> dict[str, dict[str, float]]:
+def main(
+    num_chains: int = 4,
+    num_warmup: int = 1_000,
+    num_samples: int = 200,
+    thinning: int = 2,
+    max_epochs: int = 200,
+    max_rows: int | None = None,
+) -> dict[str, dict[str, float]]:
     (X, y), _val, (X_test, y_test) = digits(seed=0, images=True)
     X, y = X[:max_rows], y[:max_rows]  # max_rows=None: all 1257 training images
     kernel = MILE(model, ensemble_options=dict(max_epochs=max_epochs))
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, thinning=thinning,
-                num_chains=num_chains, chain_method="vectorized")
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        thinning=thinning,
+        num_chains=num_chains,
+        chain_method="vectorized",
+    )
     mcmc.run(jax.random.PRNGKey(0), X, y)
     members = kernel.ensembles[-1].samples  # the deep ensemble MILE trained, as DE "samples"
-    results = {"DE": evaluate_classification(model, members, X_test, y_test),
-               "MILE": evaluate_classification(model, mcmc.get_samples(), X_test, y_test)}
+    results = {
+        "DE": evaluate_classification(model, members, X_test, y_test),
+        "MILE": evaluate_classification(model, mcmc.get_samples(), X_test, y_test),
+    }
     num_params = sum(v[0].size for v in members.values())
     print(f"CNN with {num_params} parameters, {X.shape[0]} training images, {num_chains} chains")
     for name, r in results.items():

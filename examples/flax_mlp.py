@@ -45,8 +45,9 @@ def main(num_warmup=2000, num_samples=500, max_epochs=500):
     X, y = toy_regression(200, seed=0)
     (train, val, test), _ = standardize(split(X, y, seed=0))
     kernel = MILE(model, ensemble_options=dict(max_epochs=max_epochs))
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, thinning=5, num_chains=4,
-                chain_method="vectorized")
+    mcmc = MCMC(
+        kernel, num_warmup=num_warmup, num_samples=num_samples, thinning=5, num_chains=4, chain_method="vectorized"
+    )
     mcmc.run(jax.random.PRNGKey(0), *train)
     samples = mcmc.get_samples()
     print("sites:", sorted(samples))

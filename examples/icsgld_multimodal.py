@@ -43,8 +43,14 @@ def mixture():
 def run(kernel, num_chains: int, num_warmup: int, num_samples: int) -> MCMC:
     half = (jnp.arange(num_chains) < num_chains // 2)[:, None]
     start = {"x": jnp.where(half, LOCS[0], LOCS[1])}  # half of the chains in each mode
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                chain_method="vectorized", progress_bar=False)
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(0), init_params=start)
     return mcmc
 
@@ -64,7 +70,7 @@ def main(num_chains: int = 8, num_warmup: int = 3_000, num_samples: int = 30_000
     weights = importance_weights(mcmc)  # normalised, aligned with mcmc.get_samples()
     estimates["ICSGLD, unweighted"] = float(left.mean())
     estimates["ICSGLD, importance-weighted"] = float(np.sum(weights * left))
-    effective = 1.0 / np.sum(weights ** 2)
+    effective = 1.0 / np.sum(weights**2)
 
     print(f"weight of the left mode (true {WEIGHT}), {num_chains} chains, half started in each mode:")
     for name, value in estimates.items():

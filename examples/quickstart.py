@@ -22,13 +22,19 @@ numpyro.set_host_device_count(os.cpu_count())
 def main(num_warmup: int = 5_000, num_samples: int = 1_000, thinning: int = 10, max_epochs: int = 500) -> None:
     X, y = toy_regression(200)
     kernel = MILE(mlp_regression, ensemble_options=dict(max_epochs=max_epochs))
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, thinning=thinning, num_chains=4,
-                chain_method="vectorized")
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        thinning=thinning,
+        num_chains=4,
+        chain_method="vectorized",
+    )
     mcmc.run(jax.random.PRNGKey(0), X, y)  # deep-ensemble pretraining + MCLMC tuning + sampling
     grid = toy_regression_grid(50)
     band = predict(mlp_regression, mcmc.get_samples(), grid, reduce="moments")["mu"]
     for x, m, v in zip(grid[::7, 0], band.mean[::7], band.var[::7]):
-        print(f"x = {x:+.2f}: mean {m:+.2f}, sd of the mean {v ** 0.5:.2f}")  # wider in the gap and outside the data
+        print(f"x = {x:+.2f}: mean {m:+.2f}, sd of the mean {v**0.5:.2f}")  # wider in the gap and outside the data
 
 
 if __name__ == "__main__":

@@ -42,13 +42,24 @@ def load(dataset: str, data_dir: str | None):
         return X, y, "toy"
 
 
-def main(dataset: str = "yacht", data_dir: str | None = None, seed: int = 1, members: int = 4,
-         max_epochs: int = 500, warmup: int = 5_000, samples: int = 1_000, thinning: int = 10,
-         bde_warmup: int = 100, bde_samples: int = 100) -> None:
+def main(
+    dataset: str = "yacht",
+    data_dir: str | None = None,
+    seed: int = 1,
+    members: int = 4,
+    max_epochs: int = 500,
+    warmup: int = 5_000,
+    samples: int = 1_000,
+    thinning: int = 10,
+    bde_warmup: int = 100,
+    bde_samples: int = 100,
+) -> None:
     X, y, label = load(dataset, data_dir)
     (train, _val, test), _ = standardize(split(X, y, seed=seed))
-    print(f"{label}: {train[0].shape[0]} training rows, {train[0].shape[1]} features; load average "
-          f"{os.getloadavg()[0]:.1f}")
+    print(
+        f"{label}: {train[0].shape[0]} training rows, {train[0].shape[1]} features; load average "
+        f"{os.getloadavg()[0]:.1f}"
+    )
 
     start = time.perf_counter()
     de = deep_ensemble(mlp_regression, jax.random.PRNGKey(seed), members, *train, max_epochs=max_epochs)
@@ -57,8 +68,16 @@ def main(dataset: str = "yacht", data_dir: str | None = None, seed: int = 1, mem
     key_mile, key_bde = jax.random.split(jax.random.PRNGKey(seed + 100))
     results = [
         run_de(mlp_regression, de, *test),
-        run_mile(mlp_regression, de, train, *test, rng_key=key_mile, num_warmup=warmup, num_samples=samples,
-                 thinning=thinning),
+        run_mile(
+            mlp_regression,
+            de,
+            train,
+            *test,
+            rng_key=key_mile,
+            num_warmup=warmup,
+            num_samples=samples,
+            thinning=thinning,
+        ),
         run_bde(mlp_regression, de, train, *test, rng_key=key_bde, num_warmup=bde_warmup, num_samples=bde_samples),
     ]
     print(format_table(results))
@@ -77,6 +96,9 @@ if __name__ == "__main__":
     parser.add_argument("--samples", type=int, default=1_000, help="MILE sampling steps")
     parser.add_argument("--smoke", action="store_true", help="tiny budgets: checks that the example runs")
     args = parser.parse_args()
-    budget = dict(members=2, max_epochs=5, warmup=100, samples=40, thinning=1, bde_warmup=5, bde_samples=5) \
-        if args.smoke else dict(members=args.members, warmup=args.warmup, samples=args.samples)
+    budget = (
+        dict(members=2, max_epochs=5, warmup=100, samples=40, thinning=1, bde_warmup=5, bde_samples=5)
+        if args.smoke
+        else dict(members=args.members, warmup=args.warmup, samples=args.samples)
+    )
     main(args.dataset, args.data, args.seed, **budget)

@@ -19,20 +19,47 @@ from .sample_store import SampleStore, load_samples
 __all__ = [
     "__version__",
     # kernels and their states
-    "MILE", "MILEState", "SGLD", "SGLDState", "ICSGLD", "ICSGLDState", "SMILE", "SMILEState",
+    "MILE",
+    "MILEState",
+    "SGLD",
+    "SGLDState",
+    "ICSGLD",
+    "ICSGLDState",
+    "SMILE",
+    "SMILEState",
     # scikit-learn estimators
-    "MILERegressor", "MILEClassifier",
+    "MILERegressor",
+    "MILEClassifier",
     # deep ensembles and the BDE baseline
-    "DeepEnsemble", "deep_ensemble", "bde",
+    "DeepEnsemble",
+    "deep_ensemble",
+    "bde",
     # predictions and reporting
-    "predict", "log_likelihood", "to_inference_data", "importance_weights",
+    "predict",
+    "log_likelihood",
+    "to_inference_data",
+    "importance_weights",
     # long runs: checkpoints, chunked runs, sample stores
-    "save_checkpoint", "load_checkpoint", "CheckpointError", "run_chunked", "ChunkedRun", "SampleStore",
-    "load_samples", "load_inference_data",
+    "save_checkpoint",
+    "load_checkpoint",
+    "CheckpointError",
+    "run_chunked",
+    "ChunkedRun",
+    "SampleStore",
+    "load_samples",
+    "load_inference_data",
     # chains over devices
-    "run_distributed", "DistributedRun", "chain_mesh", "sharded_deep_ensemble",
+    "run_distributed",
+    "DistributedRun",
+    "chain_mesh",
+    "sharded_deep_ensemble",
     # compilation
     "enable_compilation_cache",
     # submodules
-    "approx", "datasets", "diagnostics", "metrics", "models", "uncertainty",
+    "approx",
+    "datasets",
+    "diagnostics",
+    "metrics",
+    "models",
+    "uncertainty",
 ]

@@ -13,8 +13,12 @@ from jax.experimental import multihost_utils
 
 
 #: storage precisions for floating-point samples (``None``: keep the sampler's dtype)
-STORE_DTYPES = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32),
-                "float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+STORE_DTYPES = {
+    "float64": np.dtype(np.float64),
+    "float32": np.dtype(np.float32),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+}
 
 
 def storage_dtype(store_dtype) -> np.dtype | None:
@@ -81,8 +85,9 @@ CHAIN_AXIS = "chains"
 MIN_SHARDED_STEP_FLOPS = 2e7
 
 
-def default_chain_sharding(num_chains: int, *trees: Any, step_flops: float | None = None
-                           ) -> jax.sharding.NamedSharding | None:
+def default_chain_sharding(
+    num_chains: int, *trees: Any, step_flops: float | None = None
+) -> jax.sharding.NamedSharding | None:
     """Where ``vectorized`` chains go by default: sharded over this process's devices when it has several.
 
     The chain axis is split over the largest number of local devices that divides ``num_chains``
@@ -135,8 +140,12 @@ def place_state(state: Any, axes: Any, mesh: jax.sharding.Mesh | None) -> Any:
             return jax.lax.with_sharding_constraint(x, sharding)
         return jax.device_put(x, sharding)
 
-    return jax.tree.map(lambda axis, sub: jax.tree.map(lambda x: put(x, whole if axis is None else split), sub),
-                        axes, state, is_leaf=lambda x: x is None)
+    return jax.tree.map(
+        lambda axis, sub: jax.tree.map(lambda x: put(x, whole if axis is None else split), sub),
+        axes,
+        state,
+        is_leaf=lambda x: x is None,
+    )
 
 
 def chain_mesh_of(keys: Any) -> jax.sharding.Mesh | None:
@@ -144,8 +153,13 @@ def chain_mesh_of(keys: Any) -> jax.sharding.Mesh | None:
     :func:`default_chain_sharding` or :func:`numpyro_mile.runs.distributed.shard_chains`), or ``None``
     when they are not sharded over several devices, are traced, or span several processes."""
     sharding = getattr(keys, "sharding", None)
-    if (isinstance(keys, jax.core.Tracer) or not isinstance(sharding, jax.sharding.NamedSharding)
-            or len(sharding.mesh.axis_names) != 1 or len(sharding.device_set) < 2 or not keys.is_fully_addressable):
+    if (
+        isinstance(keys, jax.core.Tracer)
+        or not isinstance(sharding, jax.sharding.NamedSharding)
+        or len(sharding.mesh.axis_names) != 1
+        or len(sharding.device_set) < 2
+        or not keys.is_fully_addressable
+    ):
         return None
     spec = tuple(sharding.spec)
     return sharding.mesh if spec and spec[0] == sharding.mesh.axis_names[0] else None

@@ -29,8 +29,9 @@ class PlateInfo(NamedTuple):
     subsample_size: int | None
 
 
-def trace_model(model: Callable, model_args: tuple, model_kwargs: dict, rng_key=None,
-                init_strategy: Callable = init_to_uniform) -> dict:
+def trace_model(
+    model: Callable, model_args: tuple, model_kwargs: dict, rng_key=None, init_strategy: Callable = init_to_uniform
+) -> dict:
     """One execution trace of ``model`` for its structure (sites, plates, shapes, supports).
 
     As NumPyro's own kernels do, no latent site is sampled from its distribution: every latent
@@ -61,15 +62,19 @@ def trace_model(model: Callable, model_args: tuple, model_kwargs: dict, rng_key=
         if not subsampled:
             raise
         plate = subsampled[0]  # e.g. obs=y or Normal(X @ w) with all N rows under a plate of n: shapes do not broadcast
-        raise ValueError(f"The model failed on a minibatch of {plate.subsample_size} of the {plate.size} rows of plate "
-                         f"{plate.name!r} ({type(err).__name__}: {err}). " + indexing_advice(plate.name)) from err
+        raise ValueError(
+            f"The model failed on a minibatch of {plate.subsample_size} of the {plate.size} rows of plate "
+            f"{plate.name!r} ({type(err).__name__}: {err}). " + indexing_advice(plate.name)
+        ) from err
 
 
 def indexing_advice(plate_name: str, site_name: str = "obs") -> str:
     """How to write a subsampled plate's observations (the end of every minibatch error)."""
-    return (f"A subsampled plate must index the data it observes: `with numpyro.plate({plate_name!r}, N, "
-            f"subsample_size=n) as idx: numpyro.sample({site_name!r}, d, obs=y[idx])` (or numpyro.subsample(y, "
-            "event_dim=0)). Or call the model with subsample_size=None for full-batch gradients.")
+    return (
+        f"A subsampled plate must index the data it observes: `with numpyro.plate({plate_name!r}, N, "
+        f"subsample_size=n) as idx: numpyro.sample({site_name!r}, d, obs=y[idx])` (or numpyro.subsample(y, "
+        "event_dim=0)). Or call the model with subsample_size=None for full-batch gradients."
+    )
 
 
 def latent_sites(trace: dict) -> dict:
@@ -77,8 +82,7 @@ def latent_sites(trace: dict) -> dict:
     return {
         name: site
         for name, site in trace.items()
-        if site["type"] == "sample" and not site["is_observed"]
-        and not site.get("infer", {}).get("is_auxiliary", False)
+        if site["type"] == "sample" and not site["is_observed"] and not site.get("infer", {}).get("is_auxiliary", False)
     }
 
 
@@ -186,8 +190,9 @@ def observed_log_likelihood(
     evaluated on a minibatch; the plate scales the result by ``size / len(indices)``, which
     makes it an unbiased estimate of the full-data log-likelihood.
     """
-    conditioned = bind_plates(handlers.substitute(handlers.seed(model, jax.random.PRNGKey(0)), data=values),
-                              plate_indices or {})
+    conditioned = bind_plates(
+        handlers.substitute(handlers.seed(model, jax.random.PRNGKey(0)), data=values), plate_indices or {}
+    )
     trace = handlers.trace(conditioned).get_trace(*model_args, **model_kwargs)
     total = jnp.zeros(())
     for site in trace.values():

@@ -164,4 +164,3 @@ def enable_compilation_cache(path: str | os.PathLike | None = None, *, min_compi
         pass
     logger.info("JAX persistent compilation cache: %s", folder)
     return folder
-

@@ -15,8 +15,9 @@ import numpy as np
 import numpyro
 
 #: folders whose frames a warning skips to reach the user's line (this package, NumPyro, JAX)
-_LIBRARY_DIRS = tuple(os.path.dirname(os.path.abspath(module_file)) + os.sep
-                      for module_file in (__file__, numpyro.__file__, jax.__file__))
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(os.path.abspath(module_file)) + os.sep for module_file in (__file__, numpyro.__file__, jax.__file__)
+)
 
 
 def is_pandas(value) -> bool:
@@ -149,7 +150,9 @@ def check_init_params(init_params, shapes: dict, lead: tuple = (), *, dtype=None
         value = jnp.asarray(init_params[name], dtype)
         expected = tuple(lead) + tuple(shape)
         if tuple(value.shape) != expected:
-            raise ValueError(f"init_params[{name!r}] has shape {tuple(value.shape)}, expected {expected}"
-                             + (f" ({hint})." if hint else "."))
+            raise ValueError(
+                f"init_params[{name!r}] has shape {tuple(value.shape)}, expected {expected}"
+                + (f" ({hint})." if hint else ".")
+            )
         checked[name] = value
     return checked

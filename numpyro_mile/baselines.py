@@ -56,12 +56,21 @@ def bde(
         >>> mcmc.get_samples()["w0"].shape
         (20, 1, 4)
     """
-    mcmc = bde_mcmc(model, int(jax.tree.leaves(init_params)[0].shape[0]), num_warmup=num_warmup,
-                    num_samples=num_samples, thinning=thinning, max_tree_depth=max_tree_depth,
-                    target_accept_prob=target_accept_prob, dense_mass=dense_mass, chain_method=chain_method,
-                    progress_bar=progress_bar)
-    mcmc.run(rng_key, *model_args, init_params=chain_init_params(init_params), extra_fields=extra_fields,
-             **model_kwargs)
+    mcmc = bde_mcmc(
+        model,
+        int(jax.tree.leaves(init_params)[0].shape[0]),
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        thinning=thinning,
+        max_tree_depth=max_tree_depth,
+        target_accept_prob=target_accept_prob,
+        dense_mass=dense_mass,
+        chain_method=chain_method,
+        progress_bar=progress_bar,
+    )
+    mcmc.run(
+        rng_key, *model_args, init_params=chain_init_params(init_params), extra_fields=extra_fields, **model_kwargs
+    )
     return mcmc
 
 
@@ -73,17 +82,34 @@ def chain_init_params(init_params: dict) -> dict:
     return init_params
 
 
-def bde_mcmc(model: Callable, num_chains: int, *, num_warmup: int = 1000, num_samples: int = 1000, thinning: int = 1,
-             max_tree_depth: int = 10, target_accept_prob: float = 0.8, dense_mass: bool = False,
-             chain_method: str | Callable = "auto", progress_bar: bool = True) -> MCMC:
+def bde_mcmc(
+    model: Callable,
+    num_chains: int,
+    *,
+    num_warmup: int = 1000,
+    num_samples: int = 1000,
+    thinning: int = 1,
+    max_tree_depth: int = 10,
+    target_accept_prob: float = 0.8,
+    dense_mass: bool = False,
+    chain_method: str | Callable = "auto",
+    progress_bar: bool = True,
+) -> MCMC:
     """The :class:`~numpyro.infer.MCMC` that :func:`bde` runs, not yet run (to time warmup and sampling apart)."""
     kernel = NUTS(model, max_tree_depth=max_tree_depth, target_accept_prob=target_accept_prob, dense_mass=dense_mass)
     if chain_method == "auto":
         chain_method = ChainsOverDevices() if num_chains > 1 and jax.local_device_count() > 1 else "sequential"
     with warnings.catch_warnings():  # NumPyro turns the bar off for any callable; ours keeps it (see below)
         warnings.filterwarnings("ignore", message="Disabling progress bar", category=UserWarning)
-        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                    thinning=thinning, chain_method=chain_method, progress_bar=progress_bar)
+        mcmc = MCMC(
+            kernel,
+            num_warmup=num_warmup,
+            num_samples=num_samples,
+            num_chains=num_chains,
+            thinning=thinning,
+            chain_method=chain_method,
+            progress_bar=progress_bar,
+        )
     if isinstance(chain_method, ChainsOverDevices):
         mcmc.progress_bar = progress_bar  # a bar per chain, updated from the compiled loop as for "parallel"
     return mcmc
@@ -113,7 +139,8 @@ class ChainsOverDevices:
             per_device = self.chains_per_device(num_chains)
             num_devices = num_chains // per_device
             out = jax.pmap(lambda block: jax.lax.map(single_chain, block), devices=self.devices[:num_devices])(
-                jax.tree.map(lambda x: x.reshape(num_devices, per_device, *x.shape[1:]), map_args))
+                jax.tree.map(lambda x: x.reshape(num_devices, per_device, *x.shape[1:]), map_args)
+            )
             return jax.tree.map(lambda x: x.reshape(num_chains, *x.shape[2:]), out)
 
         return run
@@ -132,4 +159,3 @@ def chains_per_device(num_chains: int, chain_method) -> int:
     if chain_method == "parallel" and num_chains <= jax.local_device_count():
         return 1
     return num_chains
-

@@ -26,8 +26,11 @@ from .models import mlp_classification, mlp_regression
 from .predictive import log_likelihood, predict
 from .runs.chunked import run_chunked
 
-_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
-                   "/jax/core/compile/backend_compile_duration")
+_COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
 
 
 class _CompileSeconds:
@@ -68,15 +71,23 @@ def _load(name: str, seed: int, hidden: tuple[int, ...]) -> _Task:
         from sklearn.datasets import load_breast_cancer
 
         raw = load_breast_cancer()
-        data, _ = standardize(split(np.asarray(raw.data, np.float32), np.asarray(raw.target, np.int32), seed=seed),
-                              standardize_y=False)
-        return _Task(data, "scikit-learn's breast cancer data (UCI Breast Cancer Wisconsin (Diagnostic): 569 tumours, "
-                     "30 features, 2 classes; real data)", mlp_classification,
-                     {"hidden": hidden, "num_classes": 2}, "accuracy")
+        data, _ = standardize(
+            split(np.asarray(raw.data, np.float32), np.asarray(raw.target, np.int32), seed=seed), standardize_y=False
+        )
+        return _Task(
+            data,
+            "scikit-learn's breast cancer data (UCI Breast Cancer Wisconsin (Diagnostic): 569 tumours, "
+            "30 features, 2 classes; real data)",
+            mlp_classification,
+            {"hidden": hidden, "num_classes": 2},
+            "accuracy",
+        )
     if name == "airfoil":
         X, y = load_uci("airfoil")
-        desc = ("UCI airfoil self-noise (NASA wind-tunnel tests: 1,503 rows, 5 features, sound pressure in dB; real "
-                "data, ships with this package; one of the MILE paper's UCI sets)")
+        desc = (
+            "UCI airfoil self-noise (NASA wind-tunnel tests: 1,503 rows, 5 features, sound pressure in dB; real "
+            "data, ships with this package; one of the MILE paper's UCI sets)"
+        )
     elif name == "diabetes":
         from sklearn.datasets import load_diabetes
 
@@ -111,37 +122,53 @@ def _verdict(lppd_diff: float, lppd_se: float, time_ratio: float, projected_rati
     time) from the paired LPPD difference MILE - BDE and its standard error, BDE's wall time over MILE's in this
     run (``time_ratio``) and with BDE at the paper's 1,000 draws per chain (``projected_ratio``, projected), and
     BDE's draws per chain in this run."""
-    equal = (f"MILE's LPPD is above BDE's (by {lppd_diff:.3f} ± {lppd_se:.3f})" if lppd_diff > lppd_se
-             else "MILE's LPPD is equal to BDE's (within one standard error)")
+    equal = (
+        f"MILE's LPPD is above BDE's (by {lppd_diff:.3f} ± {lppd_se:.3f})"
+        if lppd_diff > lppd_se
+        else "MILE's LPPD is equal to BDE's (within one standard error)"
+    )
     short = bde_draws < 1000
     if lppd_diff < -lppd_se:
         errors = f" ({-lppd_diff / lppd_se:.1f} standard errors)" if lppd_se > 0 else ""
-        return (f"MILE's LPPD is below BDE's by {-lppd_diff:.3f}{errors}: the MILE paper's claim (equal or better "
-                "LPPD) does not hold on this data and budget. (On the paper's UCI regression data sets it does "
-                "here: docs/benchmarks/uci_paper.)")
+        return (
+            f"MILE's LPPD is below BDE's by {-lppd_diff:.3f}{errors}: the MILE paper's claim (equal or better "
+            "LPPD) does not hold on this data and budget. (On the paper's UCI regression data sets it does "
+            "here: docs/benchmarks/uci_paper.)"
+        )
     if time_ratio > 1:
-        return (f"{equal} in {_two_digits(1 / time_ratio)}x BDE's wall time: the MILE paper's claim holds here"
-                + (", against BDE's short run (the paper's speed-up is against BDE's 1,000 draws: projected below)."
-                   if short else "."))
+        return f"{equal} in {_two_digits(1 / time_ratio)}x BDE's wall time: the MILE paper's claim holds here" + (
+            ", against BDE's short run (the paper's speed-up is against BDE's 1,000 draws: projected below)."
+            if short
+            else "."
+        )
     if short and projected_ratio > 1:
-        return (f"{equal}, but BDE's short run here was faster: the MILE paper's claim (equal LPPD in a fraction of "
-                "BDE's time) holds only against BDE at the paper's 1,000 draws, projected below.")
-    return (f"{equal}, but MILE took longer than BDE" + (", also against BDE's projected 1,000 draws" if short else "")
-            + ": the MILE paper's claim (equal LPPD in a fraction of BDE's time) does not hold on this data and "
-            "budget.")
+        return (
+            f"{equal}, but BDE's short run here was faster: the MILE paper's claim (equal LPPD in a fraction of "
+            "BDE's time) holds only against BDE at the paper's 1,000 draws, projected below."
+        )
+    return (
+        f"{equal}, but MILE took longer than BDE"
+        + (", also against BDE's projected 1,000 draws" if short else "")
+        + ": the MILE paper's claim (equal LPPD in a fraction of BDE's time) does not hold on this data and "
+        "budget."
+    )
 
 
-def _ensemble_verdict(lppd_diff: float, lppd_se: float, score_name: str, mile_score: float, de_score: float,
-                      de_seconds: float) -> str:
+def _ensemble_verdict(
+    lppd_diff: float, lppd_se: float, score_name: str, mile_score: float, de_score: float, de_seconds: float
+) -> str:
     """What MILE adds to its own deep ensemble, from the paired test-LPPD difference MILE - DE and its standard
     error, and the two scores (``score_name``: ``"accuracy"``, higher is better, or ``"RMSE"``, lower is better)."""
     better = mile_score > de_score if score_name == "accuracy" else mile_score < de_score
-    scores = (f"{score_name} {mile_score:.3f} against the ensemble's {de_score:.3f}"
-              + (", better" if better else ", not better" if mile_score != de_score else ", the same"))
+    scores = f"{score_name} {mile_score:.3f} against the ensemble's {de_score:.3f}" + (
+        ", better" if better else ", not better" if mile_score != de_score else ", the same"
+    )
     if lppd_diff < -lppd_se:
-        return (f"The deep ensemble alone ({de_seconds:.1f} s) has the higher LPPD here: MILE - DE "
-                f"{lppd_diff:+.3f} ± {lppd_se:.3f}; MILE's {scores}. On this data and budget the ensemble alone is "
-                "the better buy; MILE's gains show on the regression sets of docs/benchmarks/uci_paper.")
+        return (
+            f"The deep ensemble alone ({de_seconds:.1f} s) has the higher LPPD here: MILE - DE "
+            f"{lppd_diff:+.3f} ± {lppd_se:.3f}; MILE's {scores}. On this data and budget the ensemble alone is "
+            "the better buy; MILE's gains show on the regression sets of docs/benchmarks/uci_paper."
+        )
     word, within = ("above", "") if lppd_diff > lppd_se else ("equal to", ", within one standard error")
     return f"MILE's LPPD is {word} its deep ensemble's (MILE - DE {lppd_diff:+.3f} ± {lppd_se:.3f}{within}); {scores}."
 
@@ -156,11 +183,22 @@ def demo(args: argparse.Namespace) -> int:
     clock = _CompileSeconds()
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
 
-    say(f"{task.description}: {len(y_train)} train / {len(val[1])} validation / {len(y_test)} test rows; "
-        f"MLP {args.hidden}, {args.chains} members = chains")
+    say(
+        f"{task.description}: {len(y_train)} train / {len(val[1])} validation / {len(y_test)} test rows; "
+        f"MLP {args.hidden}, {args.chains} members = chains"
+    )
     start = time.perf_counter()
-    ensemble = deep_ensemble(model, key_de, args.chains, X_train, y_train, validation=val,
-                             early_stopping="mile", progress_bar=progress, **model_kwargs)
+    ensemble = deep_ensemble(
+        model,
+        key_de,
+        args.chains,
+        X_train,
+        y_train,
+        validation=val,
+        early_stopping="mile",
+        progress_bar=progress,
+        **model_kwargs,
+    )
     de_seconds = time.perf_counter() - start
     say(f"deep ensemble trained in {de_seconds:.1f} s (epochs {np.asarray(ensemble.num_epochs).tolist()})")
 
@@ -168,26 +206,61 @@ def demo(args: argparse.Namespace) -> int:
     # chunk of steps instead of NumPyro's per-step launch from Python (1.07x on one CPU device, 1.7x for MILE's
     # sharded steps on two: docs/benchmarks/defaults.md); on several devices BDE's bars already update from inside
     # its compiled loops (ChainsOverDevices)
-    say(f"MILE: {args.mile_warmup:,} warmup + {args.mile_samples:,} steps per chain (thinned by {args.thinning}), "
-        "run_chunked ...")
-    mile_mcmc = MCMC(MILE(model), num_warmup=args.mile_warmup, num_samples=args.mile_samples,
-                     num_chains=args.chains, thinning=args.thinning, chain_method="vectorized", progress_bar=progress)
+    say(
+        f"MILE: {args.mile_warmup:,} warmup + {args.mile_samples:,} steps per chain (thinned by {args.thinning}), "
+        "run_chunked ..."
+    )
+    mile_mcmc = MCMC(
+        MILE(model),
+        num_warmup=args.mile_warmup,
+        num_samples=args.mile_samples,
+        num_chains=args.chains,
+        thinning=args.thinning,
+        chain_method="vectorized",
+        progress_bar=progress,
+    )
     with tempfile.TemporaryDirectory() as folder:
-        mile_run, mile_wall, mile_compile = clock.timed(lambda: run_chunked(
-            mile_mcmc, key_mile, X_train, y_train, checkpoint_path=Path(folder) / "mile.ckpt",
-            init_params=ensemble.init_params, **model_kwargs))
+        mile_run, mile_wall, mile_compile = clock.timed(
+            lambda: run_chunked(
+                mile_mcmc,
+                key_mile,
+                X_train,
+                y_train,
+                checkpoint_path=Path(folder) / "mile.ckpt",
+                init_params=ensemble.init_params,
+                **model_kwargs,
+            )
+        )
         mile_samples = {k: np.array(v) for k, v in mile_run.get_samples().items()}  # read before the folder goes
     say(f"BDE: NUTS from the same members, {args.bde_warmup} warmup + {args.bde_samples} draws per chain ...")
-    bde_mcmc, bde_wall, bde_compile = clock.timed(lambda: bde(
-        model, ensemble.init_params, X_train, y_train, rng_key=key_bde, num_warmup=args.bde_warmup,
-        num_samples=args.bde_samples, progress_bar=progress, **model_kwargs))
+    bde_mcmc, bde_wall, bde_compile = clock.timed(
+        lambda: bde(
+            model,
+            ensemble.init_params,
+            X_train,
+            y_train,
+            rng_key=key_bde,
+            num_warmup=args.bde_warmup,
+            num_samples=args.bde_samples,
+            progress_bar=progress,
+            **model_kwargs,
+        )
+    )
 
     rows = []
     de_score, de_pw = _pointwise(task, ensemble.samples, X_test, y_test)
     rows.append(("DE (the members)", de_score, de_pw, de_seconds, float("nan"), 0))
     mile_score, mile_pw = _pointwise(task, mile_samples, X_test, y_test)
-    rows.append(("MILE", mile_score, mile_pw, mile_wall, mile_compile,
-                 MILE.num_grad_evals(args.mile_warmup, args.mile_samples, args.chains)))
+    rows.append(
+        (
+            "MILE",
+            mile_score,
+            mile_pw,
+            mile_wall,
+            mile_compile,
+            MILE.num_grad_evals(args.mile_warmup, args.mile_samples, args.chains),
+        )
+    )
     bde_score, bde_pw = _pointwise(task, bde_mcmc.get_samples(), X_test, y_test)
     leapfrogs = int(np.sum(bde_mcmc.get_extra_fields()["num_steps"]))
     bde_grads = int(leapfrogs * (args.bde_warmup + args.bde_samples) / max(args.bde_samples, 1))
@@ -198,26 +271,34 @@ def demo(args: argparse.Namespace) -> int:
     print("|---|---:|---:|---:|---:|---:|")
     for name, score, pw, wall, compile_s, grads in rows:
         compile_text = "–" if np.isnan(compile_s) else f"{compile_s:.1f}"
-        print(f"| {name} | {score:.3f} | {pw.mean():.3f} ± {pw.std(ddof=1) / np.sqrt(n_test):.3f} | {wall:.1f} | "
-              f"{compile_text} | {grads:,} |")
+        print(
+            f"| {name} | {score:.3f} | {pw.mean():.3f} ± {pw.std(ddof=1) / np.sqrt(n_test):.3f} | {wall:.1f} | "
+            f"{compile_text} | {grads:,} |"
+        )
 
     diff = mile_pw - bde_pw
     d, se = float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(n_test))
     ratio, ratio_net = bde_wall / mile_wall, (bde_wall - bde_compile) / max(mile_wall - mile_compile, 1e-9)
-    projected = bde_compile + (bde_wall - bde_compile) * (args.bde_warmup + 1000) / (args.bde_warmup
-                                                                                       + args.bde_samples)
+    projected = bde_compile + (bde_wall - bde_compile) * (args.bde_warmup + 1000) / (args.bde_warmup + args.bde_samples)
     print()
-    print(f"MILE vs BDE: LPPD difference {d:+.3f} ± {se:.3f} (paired over the {n_test} test rows); "
-          f"BDE took {_two_digits(ratio)}x MILE's wall time ({_two_digits(ratio_net)}x without compilation), with "
-          f"{_two_digits(bde_grads / max(rows[1][5], 1))}x its gradient evaluations.")
+    print(
+        f"MILE vs BDE: LPPD difference {d:+.3f} ± {se:.3f} (paired over the {n_test} test rows); "
+        f"BDE took {_two_digits(ratio)}x MILE's wall time ({_two_digits(ratio_net)}x without compilation), with "
+        f"{_two_digits(bde_grads / max(rows[1][5], 1))}x its gradient evaluations."
+    )
     print(_verdict(d, se, ratio, projected / mile_wall, args.bde_samples))
     gain = mile_pw - de_pw
-    print(_ensemble_verdict(float(gain.mean()), float(gain.std(ddof=1) / np.sqrt(n_test)), task.score, mile_score,
-                            de_score, de_seconds))
-    print(f"BDE ran {args.bde_samples} draws per chain; the paper's 1,000 would take about {projected:.0f} s "
-          f"(projected linearly from this run, {_two_digits(projected / mile_wall)}x MILE's time). Machine: "
-          f"{platform.machine()}, {os.cpu_count()} CPUs, {jax.device_count()} {jax.default_backend()} device(s), "
-          f"jax {jax.__version__}; deep ensemble {de_seconds:.1f} s (shared by MILE and BDE).")
+    print(
+        _ensemble_verdict(
+            float(gain.mean()), float(gain.std(ddof=1) / np.sqrt(n_test)), task.score, mile_score, de_score, de_seconds
+        )
+    )
+    print(
+        f"BDE ran {args.bde_samples} draws per chain; the paper's 1,000 would take about {projected:.0f} s "
+        f"(projected linearly from this run, {_two_digits(projected / mile_wall)}x MILE's time). Machine: "
+        f"{platform.machine()}, {os.cpu_count()} CPUs, {jax.device_count()} {jax.default_backend()} device(s), "
+        f"jax {jax.__version__}; deep ensemble {de_seconds:.1f} s (shared by MILE and BDE)."
+    )
     return 0
 
 
@@ -227,25 +308,45 @@ def main(argv: list[str] | None = None) -> int:
         numpyro.set_host_device_count(os.cpu_count() or 1)
     parser = argparse.ArgumentParser(prog="numpyro-mile", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("demo", help="DE vs MILE vs BDE (NUTS) on UCI airfoil data (ships with this package; "
-                       "~2.5 min on 2 cores)")
-    p.add_argument("--data", choices=["airfoil", "breast_cancer", "diabetes", "toy"], default="airfoil",
-                   help="airfoil (UCI regression, one of the MILE paper's data sets, shipped with this package), "
-                   "breast_cancer (UCI classification) or diabetes (regression), both shipped with scikit-learn, "
-                   "or toy (generated 1-D regression with a gap)")
+    p = sub.add_parser(
+        "demo", help="DE vs MILE vs BDE (NUTS) on UCI airfoil data (ships with this package; ~2.5 min on 2 cores)"
+    )
+    p.add_argument(
+        "--data",
+        choices=["airfoil", "breast_cancer", "diabetes", "toy"],
+        default="airfoil",
+        help="airfoil (UCI regression, one of the MILE paper's data sets, shipped with this package), "
+        "breast_cancer (UCI classification) or diabetes (regression), both shipped with scikit-learn, "
+        "or toy (generated 1-D regression with a gap)",
+    )
     p.add_argument("--chains", type=int, default=12, help="ensemble members = chains (the paper's 12)")
     p.add_argument("--hidden", type=int, nargs="+", default=[16, 16])
-    p.add_argument("--mile-warmup", type=int, default=10_000,
-                   help="MILE warmup steps (the budget of bde's examples; the paper's: 50,000)")
-    p.add_argument("--mile-samples", type=int, default=2_000,
-                   help="MILE sampling steps (the budget of bde's examples; the paper's: 10,000)")
+    p.add_argument(
+        "--mile-warmup",
+        type=int,
+        default=10_000,
+        help="MILE warmup steps (the budget of bde's examples; the paper's: 50,000)",
+    )
+    p.add_argument(
+        "--mile-samples",
+        type=int,
+        default=2_000,
+        help="MILE sampling steps (the budget of bde's examples; the paper's: 10,000)",
+    )
     p.add_argument("--thinning", type=int, default=10, help="MILE thinning (the paper's 10)")
     p.add_argument("--bde-warmup", type=int, default=100, help="NUTS warmup (the paper: 100 or 1,000)")
-    p.add_argument("--bde-samples", type=int, default=50,
-                   help="NUTS draws per chain (the paper: 1,000; the time of 1,000 is projected from this run)")
+    p.add_argument(
+        "--bde-samples",
+        type=int,
+        default=50,
+        help="NUTS draws per chain (the paper: 1,000; the time of 1,000 is projected from this run)",
+    )
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--quiet", action="store_true", help="no progress bars (there are none when stderr is not a "
-                   "terminal: the phases are reported one line each)")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bars (there are none when stderr is not a terminal: the phases are reported one line each)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     return demo(args)

@@ -84,9 +84,22 @@ def run_de(model, ensemble: DeepEnsemble, X_test, y_test, **model_kwargs) -> Met
     return MethodResult("DE", rmse, lppd, 0.0, 0.0, 0, float("nan"), float("nan"), 0)
 
 
-def run_mile(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, num_warmup: int, num_samples: int,
-             thinning: int = 1, progress_bar: bool = False, kernel_options: dict | None = None,
-             projected_steps: int | None = None, **model_kwargs) -> MethodResult:
+def run_mile(
+    model,
+    ensemble: DeepEnsemble,
+    train,
+    X_test,
+    y_test,
+    *,
+    rng_key,
+    num_warmup: int,
+    num_samples: int,
+    thinning: int = 1,
+    progress_bar: bool = False,
+    kernel_options: dict | None = None,
+    projected_steps: int | None = None,
+    **model_kwargs,
+) -> MethodResult:
     """MILE from the ensemble's members (vectorized chains).
 
     ``seconds`` is the wall time of the run (start-up and compilation included);
@@ -99,8 +112,15 @@ def run_mile(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, n
     options = kernel_options or {}
 
     def go(nw, ns, kernel):
-        mcmc = MCMC(kernel, num_warmup=nw, num_samples=ns, num_chains=num_chains, thinning=thinning,
-                    chain_method="vectorized", progress_bar=progress_bar)
+        mcmc = MCMC(
+            kernel,
+            num_warmup=nw,
+            num_samples=ns,
+            num_chains=num_chains,
+            thinning=thinning,
+            chain_method="vectorized",
+            progress_bar=progress_bar,
+        )
         mcmc.run(rng_key, *train, extra_fields=("num_nans",), init_params=ensemble.init_params, **model_kwargs)
         return mcmc
 
@@ -115,14 +135,40 @@ def run_mile(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, n
     if projected_steps is not None:
         net = max(seconds - compile_seconds, 0.0)
         projected = min(seconds, compile_seconds) + net * projected_steps / (num_warmup + num_samples)
-    return MethodResult("MILE", rmse, lppd, seconds, compile_seconds, grads, ess_mean, crhat, nans,
-                        cpu_seconds=cpu_seconds, projected_seconds=projected)
+    return MethodResult(
+        "MILE",
+        rmse,
+        lppd,
+        seconds,
+        compile_seconds,
+        grads,
+        ess_mean,
+        crhat,
+        nans,
+        cpu_seconds=cpu_seconds,
+        projected_seconds=projected,
+    )
 
 
-def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, num_warmup: int, num_samples: int,
-            thinning: int = 1, chain_method: str = "auto", progress_bar: bool = False, label: str = "BDE",
-            projected_samples: int | None = None, projected_warmup: int | None = None,
-            projected_chains: int | None = None, **model_kwargs) -> MethodResult:
+def run_bde(
+    model,
+    ensemble: DeepEnsemble,
+    train,
+    X_test,
+    y_test,
+    *,
+    rng_key,
+    num_warmup: int,
+    num_samples: int,
+    thinning: int = 1,
+    chain_method: str = "auto",
+    progress_bar: bool = False,
+    label: str = "BDE",
+    projected_samples: int | None = None,
+    projected_warmup: int | None = None,
+    projected_chains: int | None = None,
+    **model_kwargs,
+) -> MethodResult:
     """BDE (NUTS from the members); times measured as for :func:`run_mile`.
 
     Warmup and sampling are timed separately (``mcmc.warmup`` then ``mcmc.run``), so that a short
@@ -138,14 +184,31 @@ def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, nu
     """
 
     def go(nw, ns):
-        return bde(model, ensemble.init_params, *train, rng_key=rng_key, num_warmup=nw, num_samples=ns,
-                   thinning=thinning, chain_method=chain_method, progress_bar=progress_bar,
-                   extra_fields=("num_steps", "diverging"), **model_kwargs)
+        return bde(
+            model,
+            ensemble.init_params,
+            *train,
+            rng_key=rng_key,
+            num_warmup=nw,
+            num_samples=ns,
+            thinning=thinning,
+            chain_method=chain_method,
+            progress_bar=progress_bar,
+            extra_fields=("num_steps", "diverging"),
+            **model_kwargs,
+        )
 
     num_chains = int(jax.tree.leaves(ensemble.init_params)[0].shape[0])
     _, compile_seconds = _wall(lambda: go(2, thinning))
-    mcmc = bde_mcmc(model, num_chains, num_warmup=num_warmup,
-                    num_samples=num_samples, thinning=thinning, chain_method=chain_method, progress_bar=progress_bar)
+    mcmc = bde_mcmc(
+        model,
+        num_chains,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        thinning=thinning,
+        chain_method=chain_method,
+        progress_bar=progress_bar,
+    )
     start, cpu_start = time.perf_counter(), time.process_time()
     mcmc.warmup(rng_key, *train, init_params=chain_init_params(ensemble.init_params), **model_kwargs)
     jax.block_until_ready(mcmc.post_warmup_state)
@@ -160,21 +223,52 @@ def run_bde(model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key, nu
     steps = np.asarray(fields["num_steps"])
     grads = int(steps.sum() * thinning * (num_warmup + num_samples) / max(num_samples, 1))
     # the sampling run compiles again (about compile_seconds): only its net time scales with draws
-    chain_factor = (chains_per_device(projected_chains or num_chains, mcmc.chain_method)
-                    / chains_per_device(num_chains, mcmc.chain_method))
+    chain_factor = chains_per_device(projected_chains or num_chains, mcmc.chain_method) / chains_per_device(
+        num_chains, mcmc.chain_method
+    )
     net_sampling = max(seconds - warmup_seconds - compile_seconds, 0.0)
     net_warmup = max(warmup_seconds - compile_seconds, 0.0)
-    projected = (seconds - net_sampling - net_warmup
-                 + net_warmup * chain_factor * (projected_warmup or num_warmup) / max(num_warmup, 1)
-                 + net_sampling * chain_factor * (projected_samples or num_samples) / max(num_samples, 1))
-    return MethodResult(label, rmse, lppd, seconds, compile_seconds, grads, ess_mean, crhat,
-                        int(np.sum(fields["diverging"])), cpu_seconds=cpu_seconds, warmup_seconds=warmup_seconds,
-                        projected_seconds=projected)
+    projected = (
+        seconds
+        - net_sampling
+        - net_warmup
+        + net_warmup * chain_factor * (projected_warmup or num_warmup) / max(num_warmup, 1)
+        + net_sampling * chain_factor * (projected_samples or num_samples) / max(num_samples, 1)
+    )
+    return MethodResult(
+        label,
+        rmse,
+        lppd,
+        seconds,
+        compile_seconds,
+        grads,
+        ess_mean,
+        crhat,
+        int(np.sum(fields["diverging"])),
+        cpu_seconds=cpu_seconds,
+        warmup_seconds=warmup_seconds,
+        projected_seconds=projected,
+    )
 
 
-def run_minibatch(label: str, kernel, model, ensemble: DeepEnsemble, train, X_test, y_test, *, rng_key,
-                  num_warmup: int, num_samples: int, subsample_size: int, grads_per_step: int, thinning: int = 1,
-                  progress_bar: bool = False, **model_kwargs) -> MethodResult:
+def run_minibatch(
+    label: str,
+    kernel,
+    model,
+    ensemble: DeepEnsemble,
+    train,
+    X_test,
+    y_test,
+    *,
+    rng_key,
+    num_warmup: int,
+    num_samples: int,
+    subsample_size: int,
+    grads_per_step: int,
+    thinning: int = 1,
+    progress_bar: bool = False,
+    **model_kwargs,
+) -> MethodResult:
     """A minibatch kernel (SMILE, SGLD, ...) from the ensemble's members (vectorized chains, ``subsample_size``
     rows per gradient), timed as :func:`run_mile` (``compile_seconds``: a 20-step run of the same shapes).
 
@@ -187,10 +281,23 @@ def run_minibatch(label: str, kernel, model, ensemble: DeepEnsemble, train, X_te
     num_rows = int(np.shape(train[0])[0])
 
     def go(nw, ns):
-        mcmc = MCMC(kernel, num_warmup=nw, num_samples=ns, num_chains=num_chains, thinning=thinning,
-                    chain_method="vectorized", progress_bar=progress_bar)
-        mcmc.run(rng_key, *train, extra_fields=("num_nans", "bin") if weighted else ("num_nans",),
-                 init_params=ensemble.init_params, subsample_size=subsample_size, **model_kwargs)
+        mcmc = MCMC(
+            kernel,
+            num_warmup=nw,
+            num_samples=ns,
+            num_chains=num_chains,
+            thinning=thinning,
+            chain_method="vectorized",
+            progress_bar=progress_bar,
+        )
+        mcmc.run(
+            rng_key,
+            *train,
+            extra_fields=("num_nans", "bin") if weighted else ("num_nans",),
+            init_params=ensemble.init_params,
+            subsample_size=subsample_size,
+            **model_kwargs,
+        )
         return mcmc
 
     _, compile_seconds = _wall(lambda: go(20, thinning))
@@ -200,15 +307,30 @@ def run_minibatch(label: str, kernel, model, ensemble: DeepEnsemble, train, X_te
     ess_mean, crhat = _mixing(mcmc.get_samples(group_by_chain=True))
     nans = int(np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_nans"])[:, -1].sum())
     grads = int(round(num_chains * (num_warmup + num_samples) * grads_per_step * subsample_size / num_rows))
-    return MethodResult(label, rmse, lppd, seconds, compile_seconds, grads, ess_mean, crhat, nans,
-                        cpu_seconds=cpu_seconds, projected_seconds=seconds)
+    return MethodResult(
+        label,
+        rmse,
+        lppd,
+        seconds,
+        compile_seconds,
+        grads,
+        ess_mean,
+        crhat,
+        nans,
+        cpu_seconds=cpu_seconds,
+        projected_seconds=seconds,
+    )
 
 
 def format_table(results: list[MethodResult]) -> str:
     """A markdown table of results."""
-    lines = ["| method | RMSE | LPPD | sampler s | compile s | grad evals | ESS/chain | cR-hat | NaN/div |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| method | RMSE | LPPD | sampler s | compile s | grad evals | ESS/chain | cR-hat | NaN/div |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
-        lines.append(f"| {r.method} | {r.rmse:.3f} | {r.lppd:.3f} | {r.seconds:.1f} | {r.compile_seconds:.1f} | "
-                     f"{r.grad_evals:,} | {r.ess:.1f} | {r.crhat:.3f} | {r.num_nans} |")
+        lines.append(
+            f"| {r.method} | {r.rmse:.3f} | {r.lppd:.3f} | {r.seconds:.1f} | {r.compile_seconds:.1f} | "
+            f"{r.grad_evals:,} | {r.ess:.1f} | {r.crhat:.3f} | {r.num_nans} |"
+        )
     return "\n".join(lines)

@@ -106,8 +106,7 @@ def _ess_array(arr: np.ndarray, per_chain: bool) -> np.ndarray:
 def _rhat_array(arr: np.ndarray, name: str) -> np.ndarray:
     if arr.shape[0] < 2:
         raise ValueError(
-            f"{name}: R-hat needs at least 2 chains, got {arr.shape[0]}. For a single chain "
-            "use chainwise_rhat."
+            f"{name}: R-hat needs at least 2 chains, got {arr.shape[0]}. For a single chain use chainwise_rhat."
         )
     return _arviz_stat(az.rhat, arr, method="rank")
 
@@ -163,15 +162,12 @@ def _arviz_crhat(arr: np.ndarray, num_splits: int) -> np.ndarray:
 def _check_crhat_method(method) -> str:
     if not isinstance(method, str) or method not in _CRHAT_METHODS:
         raise ValueError(
-            f"chainwise R-hat method must be one of {', '.join(map(repr, _CRHAT_METHODS))}, "
-            f"got {method!r}."
+            f"chainwise R-hat method must be one of {', '.join(map(repr, _CRHAT_METHODS))}, got {method!r}."
         )
     return method
 
 
-def _chainwise_rhat_array(
-    arr: np.ndarray, num_splits: int, name: str, method: str = "mile"
-) -> np.ndarray:
+def _chainwise_rhat_array(arr: np.ndarray, num_splits: int, name: str, method: str = "mile") -> np.ndarray:
     _check_crhat_method(method)
     if int(num_splits) != num_splits or num_splits < 2:
         raise ValueError(f"num_splits must be an integer >= 2, got {num_splits}.")
@@ -249,13 +245,8 @@ def chainwise_rhat(samples, num_splits: int = 4, method: str = "mile"):
     _check_crhat_method(method)
     sites = _as_dict(samples)
     if sites is None:
-        return _chainwise_rhat_array(
-            _chains_array("samples", samples), num_splits, "samples", method
-        )
-    return {
-        k: _chainwise_rhat_array(_chains_array(k, v), num_splits, k, method)
-        for k, v in sites.items()
-    }
+        return _chainwise_rhat_array(_chains_array("samples", samples), num_splits, "samples", method)
+    return {k: _chainwise_rhat_array(_chains_array(k, v), num_splits, k, method) for k, v in sites.items()}
 
 
 def _nanmean(values: np.ndarray) -> float:
@@ -322,9 +313,7 @@ def summary(
     for label, parts in pooled.items():
         if len({p.shape[:2] for p in parts}) > 1:
             shapes = sorted({p.shape[:2] for p in parts})
-            raise ValueError(
-                f"sites pooled into {label!r} have different (chains, draws): {shapes}."
-            )
+            raise ValueError(f"sites pooled into {label!r} have different (chains, draws): {shapes}.")
         arr = np.concatenate(parts, axis=2)
         if arr.shape[2] == 0:
             continue
@@ -333,9 +322,7 @@ def summary(
                 "site": label,
                 "size": int(arr.shape[2]),
                 "ess_per_chain": _nanmean(_ess_array(arr, per_chain=True)),
-                "crhat": _nanmean(
-                    _chainwise_rhat_array(arr, num_splits, label, crhat_method)
-                ),
+                "crhat": _nanmean(_chainwise_rhat_array(arr, num_splits, label, crhat_method)),
                 "rhat": _nanmean(_rhat_array(arr, label)) if arr.shape[0] > 1 else math.nan,
             }
         )

@@ -182,9 +182,16 @@ def _members_init_program(setup: _EpochSetup) -> Callable:
     def init_state(member_key) -> MemberState:
         params = _init_params(jax.random.fold_in(member_key, -1 % 2**31), setup.shapes)
         dtype = jnp.result_type(*jax.tree.leaves(params)) if params else jnp.float32
-        return MemberState(params, setup.optimizer.init(params), params, jnp.full((), jnp.inf, dtype),
-                           jnp.zeros((), jnp.int32), jnp.zeros((), bool), jnp.zeros((), jnp.int32),
-                           jnp.full((setup.patience + 1,), jnp.inf, dtype))
+        return MemberState(
+            params,
+            setup.optimizer.init(params),
+            params,
+            jnp.full((), jnp.inf, dtype),
+            jnp.zeros((), jnp.int32),
+            jnp.zeros((), bool),
+            jnp.zeros((), jnp.int32),
+            jnp.full((setup.patience + 1,), jnp.inf, dtype),
+        )
 
     return jax.jit(jax.vmap(init_state))
 
@@ -282,8 +289,11 @@ def fit_members(
     trace = model_utils.trace_model(model, model_args, model_kwargs) if trace is None else trace
     plate = model_utils.observation_plate(trace) if plate_name is None else model_utils.plates(trace).get(plate_name)
     if plate is None:
-        where = "a plate named 'data' or one plate shared by all observed sites" if plate_name is None else (
-            f"a plate named {plate_name!r}")
+        where = (
+            "a plate named 'data' or one plate shared by all observed sites"
+            if plate_name is None
+            else (f"a plate named {plate_name!r}")
+        )
         raise ValueError(
             f"deep-ensemble pretraining needs the observations in {where} (numpyro.plate('data', N)); "
             "the model has none. Pass init_params, or pretrain=False."
@@ -301,13 +311,20 @@ def fit_members(
     full_batch = reason is not None
     if full_batch and not isinstance(validation, (tuple, list)) and validation is not None:
         validation = None  # rows cannot be held out of a model that cannot be indexed
-        validation_note = ("with no validation rows held out (early stopping would need indexing), for "
-                           "max_epochs steps; pass validation=(X_val, y_val) to stop early on separate data")
+        validation_note = (
+            "with no validation rows held out (early stopping would need indexing), for "
+            "max_epochs steps; pass validation=(X_val, y_val) to stop early on separate data"
+        )
     else:
         validation_note = "early stopping as configured"
     if full_batch:
-        warnings.warn(_FULL_BATCH_WARNING.format(plate=plate_name, batch=len(probe_rows), n=n, reason=reason,
-                                                 validation=validation_note), UserWarning, stacklevel=user_stacklevel())
+        warnings.warn(
+            _FULL_BATCH_WARNING.format(
+                plate=plate_name, batch=len(probe_rows), n=n, reason=reason, validation=validation_note
+            ),
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
         logger.info("deep ensemble: full-batch training (%s)", reason)
 
     train_idx = np.arange(n)
@@ -338,8 +355,22 @@ def fit_members(
             raise ValueError(f"deep-ensemble pretraining failed on a minibatch of {batch} rows: {reason}")
     num_batches = 1 if full_batch else int(train_idx.shape[0]) // batch
 
-    setup = _EpochSetup(model, plate_name, n, data.key, val_kind, val_data.key, n_val, shapes, optimizer,
-                        full_batch, batch, num_batches, early_stopping, int(patience))
+    setup = _EpochSetup(
+        model,
+        plate_name,
+        n,
+        data.key,
+        val_kind,
+        val_data.key,
+        n_val,
+        shapes,
+        optimizer,
+        full_batch,
+        batch,
+        num_batches,
+        early_stopping,
+        int(patience),
+    )
     init_states = _programs.program(("ensemble-init", setup), lambda: _members_init_program(setup))
     run_epoch = _programs.program(("ensemble-epoch", setup), lambda: _epoch_program(setup))
     num_members = member_keys.shape[0]
@@ -352,8 +383,9 @@ def fit_members(
             from tqdm.auto import tqdm
 
             bar = tqdm(total=max_epochs, desc="deep ensemble", leave=False)
-            monitored = "train_nll" if val_kind == "none" else ("val_nll" if early_stopping == "mile" else
-                                                               "best_val_nll")
+            monitored = (
+                "train_nll" if val_kind == "none" else ("val_nll" if early_stopping == "mile" else "best_val_nll")
+            )
         for e in range(max_epochs):
             states, (train_l, val_l) = run_epoch(states, jnp.asarray(e, jnp.int32), member_keys, arrays)
             train_curve.append(train_l)
@@ -492,15 +524,22 @@ def pretraining_plate(trace: dict, plate_name: str | None, kernel_name: str):
                 f"{kernel_name} found no single plate holding the observed site(s) {observed} (none, or several "
                 "nested ones), so it does not pretrain a deep ensemble and starts from init_strategy. Name the plate: "
                 f"{kernel_name}(model, ensemble_options=dict(plate_name=...)), or pass init_params.",
-                UserWarning, stacklevel=user_stacklevel())
+                UserWarning,
+                stacklevel=user_stacklevel(),
+            )
         return None
-    local = [name for name, site in model_utils.latent_sites(trace).items()
-             if any(frame.name == plate.name for frame in site.get("cond_indep_stack", ()))]
+    local = [
+        name
+        for name, site in model_utils.latent_sites(trace).items()
+        if any(frame.name == plate.name for frame in site.get("cond_indep_stack", ()))
+    ]
     if local:
         warnings.warn(
             f"{kernel_name} does not pretrain a deep ensemble for this model: latent site(s) {local} lie inside the "
             f"observation plate {plate.name!r} (one value per row), which the ensemble's likelihood-only fit "
             "cannot estimate. It starts from init_strategy; pass init_params to start elsewhere.",
-            UserWarning, stacklevel=user_stacklevel())
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
         return None
     return plate

@@ -111,9 +111,12 @@ class _MILEEstimator(BaseEstimator):
     def _run_settings(self) -> tuple[int, int, int, int]:
         if self.budget not in BUDGETS:
             raise ValueError(f"budget must be one of {sorted(BUDGETS)}, got {self.budget!r}.")
-        chosen = [given if given is not None else default
-                  for given, default in zip((self.num_chains, self.num_warmup, self.num_samples, self.thinning),
-                                            BUDGETS[self.budget])]
+        chosen = [
+            given if given is not None else default
+            for given, default in zip(
+                (self.num_chains, self.num_warmup, self.num_samples, self.thinning), BUDGETS[self.budget]
+            )
+        ]
         for name, value in zip(("num_chains", "num_warmup", "num_samples", "thinning"), chosen):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}.")
@@ -128,17 +131,25 @@ class _MILEEstimator(BaseEstimator):
     def _check_model_settings(self) -> None:
         if self.model is None:
             if isinstance(self.hidden, (int, np.integer)) or not all(
-                    isinstance(width, (int, np.integer)) and width > 0 for width in self.hidden):
-                raise ValueError(f"hidden must be a sequence of positive layer widths, e.g. (16, 16), got "
-                                 f"{self.hidden!r}.")
+                isinstance(width, (int, np.integer)) and width > 0 for width in self.hidden
+            ):
+                raise ValueError(
+                    f"hidden must be a sequence of positive layer widths, e.g. (16, 16), got {self.hidden!r}."
+                )
             return
         if tuple(self.hidden) != (16, 16) or self.prior_scale != 1.0:
-            warnings.warn(f"hidden and prior_scale set the default network only; {type(self).__name__}(model=...) "
-                          "ignores them: pass the model's own settings in model_kwargs.", UserWarning, stacklevel=3)
+            warnings.warn(
+                f"hidden and prior_scale set the default network only; {type(self).__name__}(model=...) "
+                "ignores them: pass the model's own settings in model_kwargs.",
+                UserWarning,
+                stacklevel=3,
+            )
         if self.sampler in ("smile", "psmile") and not _accepts(self.model, "subsample_size"):
-            raise ValueError(f"sampler={self.sampler!r} draws minibatches through the model's subsample_size keyword "
-                             "(numpyro.plate('data', N, subsample_size=subsample_size)), which this model does not "
-                             "take; add it, or use sampler='mile'.")
+            raise ValueError(
+                f"sampler={self.sampler!r} draws minibatches through the model's subsample_size keyword "
+                "(numpyro.plate('data', N, subsample_size=subsample_size)), which this model does not "
+                "take; add it, or use sampler='mile'."
+            )
 
     def _kernel(self, model: Callable):
         options = dict(self.kernel_options or {})
@@ -154,8 +165,13 @@ class _MILEEstimator(BaseEstimator):
         """What a kernel of this estimator is made of (see :func:`_pooled_kernel`); unhashable when the options
         cannot be compared."""
         try:
-            return (self.sampler, model, _frozen(self.kernel_options), _frozen(self.ensemble_options),
-                    self.progress_bar)
+            return (
+                self.sampler,
+                model,
+                _frozen(self.kernel_options),
+                _frozen(self.ensemble_options),
+                self.progress_bar,
+            )
         except TypeError:  # e.g. a set of values that do not sort
             return [self.sampler]
 
@@ -168,8 +184,9 @@ class _MILEEstimator(BaseEstimator):
             chain), ``num_chains_`` and ``scaler_`` (the :class:`~numpyro_mile.datasets.Standardizer` of the training
             data).
         """
-        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=isinstance(self, RegressorMixin),
-                             ensure_min_samples=2)
+        X, y = validate_data(
+            self, X, y, dtype=np.float64, y_numeric=isinstance(self, RegressorMixin), ensure_min_samples=2
+        )
         num_chains, num_warmup, num_samples, thinning = self._run_settings()
         self._check_model_settings()
         y_model = self._targets(y)
@@ -182,19 +199,31 @@ class _MILEEstimator(BaseEstimator):
         fit_kwargs = self._network_kwargs()
         taken = sorted(set(fit_kwargs) & _RUN_CHUNKED_PARAMETERS)
         if taken:
-            raise ValueError(f"model_kwargs {taken} share their names with run_chunked's own parameters, which the "
-                             "fit runs through; rename them in the model.")
+            raise ValueError(
+                f"model_kwargs {taken} share their names with run_chunked's own parameters, which the "
+                "fit runs through; rename them in the model."
+            )
         if self.sampler in ("smile", "psmile"):
             fit_kwargs["subsample_size"] = min(self.subsample_size or _DEFAULT_SUBSAMPLE, X.shape[0])
         elif self.subsample_size is not None:
             raise ValueError("subsample_size is for sampler='smile' or 'psmile'; MILE uses every row per step.")
-        seed = (int(self.random_state) if isinstance(self.random_state, (int, np.integer))
-                else check_random_state(self.random_state).randint(2**31))
+        seed = (
+            int(self.random_state)
+            if isinstance(self.random_state, (int, np.integer))
+            else check_random_state(self.random_state).randint(2**31)
+        )
         key = jax.random.PRNGKey(seed)
         model = self._model_function()
         with _pooled_kernel(self._kernel_key(model), lambda: self._kernel(model)) as kernel:
-            mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                        thinning=thinning, chain_method=self.chain_method, progress_bar=self.progress_bar)
+            mcmc = MCMC(
+                kernel,
+                num_warmup=num_warmup,
+                num_samples=num_samples,
+                num_chains=num_chains,
+                thinning=thinning,
+                chain_method=self.chain_method,
+                progress_bar=self.progress_bar,
+            )
             if self.chain_method == "parallel":  # NumPyro's own loop: run_chunked would run the chains one by one
                 mcmc.run(key, X_model, y_model, **fit_kwargs)
                 samples = mcmc.get_samples()
@@ -202,8 +231,9 @@ class _MILEEstimator(BaseEstimator):
                 # The draws of mcmc.run, bit for bit, in compiled chunks of steps: NumPyro's loop launches every
                 # step from Python when its bar is on, and compiles its step twice when the chains span devices.
                 with tempfile.TemporaryDirectory(prefix="numpyro_mile-fit-") as folder:
-                    run = run_chunked(mcmc, key, X_model, y_model, checkpoint_path=Path(folder) / "run.ckpt",
-                                      **fit_kwargs)
+                    run = run_chunked(
+                        mcmc, key, X_model, y_model, checkpoint_path=Path(folder) / "run.ckpt", **fit_kwargs
+                    )
                     samples = {name: np.array(value) for name, value in run.get_samples().items()}
         outputs = set(self._output_sites) | {"y"}
         self.samples_ = {name: np.asarray(value) for name, value in samples.items() if name not in outputs}
@@ -231,7 +261,7 @@ class _MILEEstimator(BaseEstimator):
         num_draws = next(iter(self.samples_.values())).shape[0]
         rows = max(1, min(X.shape[0], _CHUNK_FLOATS // (num_draws * self._outputs_per_row())))
         for start in range(0, X.shape[0], rows):
-            parts = [a[start:start + rows] for a in (X, *arrays)]
+            parts = [a[start : start + rows] for a in (X, *arrays)]
             valid = parts[0].shape[0]
             if valid < rows:
                 parts = [np.concatenate([p, np.zeros((rows - valid,) + p.shape[1:], p.dtype)]) for p in parts]
@@ -248,7 +278,8 @@ class _MILEEstimator(BaseEstimator):
                 raise ValueError(
                     f"{type(self).__name__} needs the model to record the deterministic site(s) "
                     f"{list(self._output_sites)} when y is None (as numpyro_mile.models.{self._default_model.__name__} "
-                    f"does); missing: {missing}.")
+                    f"does); missing: {missing}."
+                )
             yield {site: np.asarray(out[site])[:, :valid] for site in self._output_sites}
 
     def _pointwise_log_density(self, X, y) -> np.ndarray:
@@ -265,7 +296,8 @@ class _MILEEstimator(BaseEstimator):
 
     def function_diagnostics(self, X) -> list[dict]:
         """ESS per chain, chainwise split R-hat (cR-hat, the MILE paper's) and between-chain R-hat of the network's
-        outputs at inputs ``X`` (``mu`` and ``sigma``, or ``logits``): the diagnostics to read for an ensemble of chains (see the
+        outputs at inputs ``X`` (``mu`` and ``sigma``, or ``logits``): the diagnostics to read for an ensemble of
+        chains (see the
         guide's "Reading ESS, R-hat and cR-hat"). Between-chain R-hat is large by design.
 
         :param X: inputs, shape ``(N, F)``, e.g. held-out rows (memory ``O(S x N)``: a few hundred rows suffice).
@@ -273,8 +305,9 @@ class _MILEEstimator(BaseEstimator):
             :func:`numpyro_mile.diagnostics.format_summary`.
         """
         draws = _concatenate(list(self._chunk_draws(self._model_inputs(X))))
-        return diagnostics.summary({site: value.reshape((self.num_chains_, -1) + value.shape[1:])
-                                    for site, value in draws.items()})
+        return diagnostics.summary(
+            {site: value.reshape((self.num_chains_, -1) + value.shape[1:]) for site, value in draws.items()}
+        )
 
 
 class MILERegressor(RegressorMixin, _MILEEstimator):
@@ -371,8 +404,13 @@ class MILERegressor(RegressorMixin, _MILEEstimator):
         :returns: shape ``(len(q), N)``: one row per probability (``numpy.quantile``'s layout).
         """
         q = tuple(np.atleast_1d(np.asarray(q, dtype=np.float64)).tolist())
-        return np.concatenate([uncertainty.mixture_quantiles(**self._in_units(draws), q=q)
-                               for draws in self._chunk_draws(self._model_inputs(X))], axis=1)
+        return np.concatenate(
+            [
+                uncertainty.mixture_quantiles(**self._in_units(draws), q=q)
+                for draws in self._chunk_draws(self._model_inputs(X))
+            ],
+            axis=1,
+        )
 
     def predict_interval(self, X, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
         """The central predictive interval at ``level`` per row, in ``y``'s units.
@@ -428,8 +466,9 @@ class MILEClassifier(ClassifierMixin, _MILEEstimator):
         check_classification_targets(y)
         self.classes_, encoded = np.unique(y, return_inverse=True)
         if self.classes_.size < 2:
-            raise ValueError(f"{type(self).__name__} needs at least 2 classes in y, got 1 class "
-                             f"({self.classes_[0]!r}).")
+            raise ValueError(
+                f"{type(self).__name__} needs at least 2 classes in y, got 1 class ({self.classes_[0]!r})."
+            )
         return encoded.astype(np.int32)
 
     def _encode_y(self, y) -> np.ndarray:

@@ -19,8 +19,9 @@ from .predictive import log_likelihood, predict
 __all__ = ["evaluate_classification", "evaluate_regression", "predictive_probs"]
 
 
-def evaluate_regression(model: Callable, samples: dict, X_test, y_test, *, weights=None,
-                        **model_kwargs) -> tuple[float, float]:
+def evaluate_regression(
+    model: Callable, samples: dict, X_test, y_test, *, weights=None, **model_kwargs
+) -> tuple[float, float]:
     """(RMSE, LPPD) on test data of a regression model with ``mu`` output; ``samples`` flat (S, ...);
     ``weights``: optional sample weights, shape ``(S,)`` (e.g. ICSGLD's importance weights)."""
     latent = {k: v for k, v in samples.items() if k not in ("mu", "sigma", "y")}
@@ -43,17 +44,23 @@ def predictive_probs(model: Callable, samples: dict, X, batch_size: int = 100, *
     num_samples = int(jax.tree.leaves(latent)[0].shape[0])
     total = None
     for start in range(0, num_samples, batch_size):
-        chunk = {k: v[start:start + batch_size] for k, v in latent.items()}
+        chunk = {k: v[start : start + batch_size] for k, v in latent.items()}
         logits = predict(model, chunk, X, batch_size=batch_size, return_sites=["logits"], **model_kwargs)["logits"]
         probs = np.asarray(jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1), np.float64).sum(axis=0)
         total = probs if total is None else total + probs
     return total / num_samples
 
 
-def evaluate_classification(model: Callable, samples: dict, X_test, y_test, num_bins: int = 15,
-                            **model_kwargs) -> dict[str, float]:
+def evaluate_classification(
+    model: Callable, samples: dict, X_test, y_test, num_bins: int = 15, **model_kwargs
+) -> dict[str, float]:
     """Accuracy, LPPD (= -NLL), NLL, ECE and MCE (top label, ``num_bins`` bins) of the predictive mean."""
     probs = predictive_probs(model, samples, X_test, **model_kwargs)
     nll = metrics.nll(probs, y_test)
-    return dict(accuracy=metrics.accuracy(probs, y_test), lppd=-nll, nll=nll,
-                ece=metrics.ece(probs, y_test, num_bins), mce=metrics.mce(probs, y_test, num_bins))
+    return dict(
+        accuracy=metrics.accuracy(probs, y_test),
+        lppd=-nll,
+        nll=nll,
+        ece=metrics.ece(probs, y_test, num_bins),
+        mce=metrics.mce(probs, y_test, num_bins),
+    )

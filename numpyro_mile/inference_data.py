@@ -31,7 +31,8 @@ ICSGLD's draws come from a *flattened* version of the posterior: unweighted summ
 distribution. Posterior expectations weight the draws with ``sample_stats.importance_weight``
 (:func:`numpyro_mile.importance_weights` with ``group_by_chain=True``: the histogram at the end
 of the run, weights summing to 1 over all chains and draws), which the conversion asks the kernel
-for (its ``sample_weights`` hook). They are computed from the collected ``bin`` field (one of ICSGLD's default fields) and ``mcmc.last_state.theta``; when
+for (its ``sample_weights`` hook). They are computed from the collected ``bin`` field (one of ICSGLD's default
+fields) and ``mcmc.last_state.theta``; when
 either is missing the conversion warns (naming the ``extra_fields`` to pass to ``mcmc.run``)
 and leaves the variable out.
 """
@@ -74,8 +75,7 @@ def _sample_weights(mcmc, extra_fields: dict, chain_draw: tuple[int, int]) -> np
     name = getattr(kernel, "kernel_name", type(kernel).__name__)
     missing = [field for field in needed if field not in extra_fields]
     if missing or getattr(mcmc, "last_state", None) is None:
-        what = (f"the extra field(s) {missing} were not collected" if missing
-                else "mcmc.last_state is not available")
+        what = f"the extra field(s) {missing} were not collected" if missing else "mcmc.last_state is not available"
         warnings.warn(
             f"to_inference_data: this is an {name} run, whose draws carry weights, but {what}, so "
             f"sample_stats.importance_weight is left out and the InferenceData describes the unweighted draws "
@@ -88,14 +88,13 @@ def _sample_weights(mcmc, extra_fields: dict, chain_draw: tuple[int, int]) -> np
     try:
         weights = kernel.sample_weights(mcmc)
     except ValueError as err:  # every draw in the overflow bin: no weights to report, the draws still convert
-        warnings.warn(f"to_inference_data: sample_stats.importance_weight is left out: {err}", RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn(
+            f"to_inference_data: sample_stats.importance_weight is left out: {err}", RuntimeWarning, stacklevel=3
+        )
         return None
     weights = np.asarray(weights, np.float64)
     if weights.shape != chain_draw:
-        raise ValueError(
-            f"the {name} sample weights have shape {weights.shape}, the draws {chain_draw} (chain, draw)."
-        )
+        raise ValueError(f"the {name} sample weights have shape {weights.shape}, the draws {chain_draw} (chain, draw).")
     return weights
 
 
@@ -110,7 +109,7 @@ def _sample_stats(extra_fields: dict, chain_draw: tuple[int, int]) -> dict[str, 
         name = SAMPLE_STATS_NAMES.get(field, field)
         stats[name] = -value if field == "potential_energy" else value
         if field == "num_steps":
-            stats["tree_depth"] = (np.log2(np.maximum(value, 1)).astype(int) + 1)
+            stats["tree_depth"] = np.log2(np.maximum(value, 1)).astype(int) + 1
     return stats
 
 
@@ -206,8 +205,7 @@ def to_inference_data(
     if trace is not None:
         latent = [name for name in model_utils.latent_sites(trace) if name in samples]
         per_obs = {
-            name for name, site in trace.items()
-            if site["type"] == "deterministic" and site.get("cond_indep_stack")
+            name for name, site in trace.items() if site["type"] == "deterministic" and site.get("cond_indep_stack")
         }
         missing = [name for name in model_utils.latent_sites(trace) if name not in samples]
         if missing:
@@ -243,10 +241,14 @@ def to_inference_data(
         )
         if prediction_sites is None or len(prediction_sites) > 0:
             preds = predict(
-                model, latent_samples, *test_args[:-1], batch_size=batch_size,
+                model,
+                latent_samples,
+                *test_args[:-1],
+                batch_size=batch_size,
                 return_sites=None if prediction_sites is None else list(prediction_sites),
                 rng_key=rng_key if rng_key is not None else jax.random.PRNGKey(0),
-                chain_axis=True, **kwargs,
+                chain_axis=True,
+                **kwargs,
             )
             preds = {name: value for name, value in preds.items() if name not in latent_samples}
             if preds:

@@ -62,10 +62,7 @@ def _normalised_weights(weights, num_samples: int) -> np.ndarray | None:
         return None
     w = _as_float("weights", weights)
     if w.ndim != 1 or w.shape[0] != num_samples:
-        raise ValueError(
-            f"weights must have shape (S,) = ({num_samples},) to match the samples, "
-            f"got shape {w.shape}."
-        )
+        raise ValueError(f"weights must have shape (S,) = ({num_samples},) to match the samples, got shape {w.shape}.")
     if not np.all(np.isfinite(w)) or np.any(w < 0):
         raise ValueError("weights must be finite and non-negative.")
     total = w.sum()
@@ -80,10 +77,7 @@ def _labels(y, num_obs: int, num_classes: int) -> np.ndarray:
     if labels.ndim != 1:
         raise ValueError(f"y must be a 1-D array of class labels, shape (N,), got {labels.shape}.")
     if labels.shape[0] != num_obs:
-        raise ValueError(
-            f"probs/logits and y have different numbers of observations: {num_obs} vs "
-            f"{labels.shape[0]}."
-        )
+        raise ValueError(f"probs/logits and y have different numbers of observations: {num_obs} vs {labels.shape[0]}.")
     if labels.dtype.kind == "f":
         if not np.all(np.isfinite(labels)) or np.any(labels != np.round(labels)):
             raise ValueError("y must hold integer class labels.")
@@ -138,15 +132,11 @@ def gaussian_log_likelihood(y, mu, sigma) -> np.ndarray:
     if y.ndim != 1:
         raise ValueError(f"y must have shape (N,), got {y.shape}.")
     if mu.ndim == 0 or mu.shape[-1] != y.shape[0]:
-        raise ValueError(
-            f"mu must have shape (S, N) with N = {y.shape[0]} to match y, got {mu.shape}."
-        )
+        raise ValueError(f"mu must have shape (S, N) with N = {y.shape[0]} to match y, got {mu.shape}.")
     try:
         shape = np.broadcast_shapes(y.shape, mu.shape, sigma.shape)
     except ValueError:
-        raise ValueError(
-            f"sigma of shape {sigma.shape} does not broadcast against mu of shape {mu.shape}."
-        ) from None
+        raise ValueError(f"sigma of shape {sigma.shape} does not broadcast against mu of shape {mu.shape}.") from None
     if np.any(sigma <= 0):
         raise ValueError("sigma must be strictly positive.")
     z = (y - mu) / sigma
@@ -171,9 +161,7 @@ def lppd(log_lik, weights=None, pointwise: bool = False):
     if ll.ndim == 3:
         ll = ll.reshape(-1, ll.shape[-1])
     if ll.ndim != 2:
-        raise ValueError(
-            f"log_lik must have shape (S, N) or (chains, draws, N), got {np.shape(log_lik)}."
-        )
+        raise ValueError(f"log_lik must have shape (S, N) or (chains, draws, N), got {np.shape(log_lik)}.")
     if ll.shape[0] == 0 or ll.shape[1] == 0:
         raise ValueError(f"log_lik must have at least one sample and observation, got {ll.shape}.")
     w = _normalised_weights(weights, ll.shape[0])
@@ -211,9 +199,7 @@ def rmse(y, mu, weights=None) -> float:
     else:
         raise ValueError(f"mu must have shape (S, N) or (N,), got {mu.shape}.")
     if mean.shape[0] != y.shape[0]:
-        raise ValueError(
-            f"mu and y have different numbers of observations: {mean.shape[0]} vs {y.shape[0]}."
-        )
+        raise ValueError(f"mu and y have different numbers of observations: {mean.shape[0]} vs {y.shape[0]}.")
     return float(np.sqrt(np.mean((y - mean) ** 2)))
 
 
@@ -250,9 +236,7 @@ def _weighted_quantiles(draws: np.ndarray, qs: Sequence[float], w: np.ndarray) -
     return out
 
 
-def coverage(
-    y, samples, levels: Sequence[float] = (0.5, 0.75, 0.9, 0.95), weights=None
-) -> dict[float, float]:
+def coverage(y, samples, levels: Sequence[float] = (0.5, 0.75, 0.9, 0.95), weights=None) -> dict[float, float]:
     """Empirical coverage of central posterior predictive intervals.
 
     The central interval at level ``a`` runs from the ``(1 - a) / 2`` to the
@@ -273,10 +257,7 @@ def coverage(
     if draws.ndim != 2:
         raise ValueError(f"samples must have shape (S, N), got {draws.shape}.")
     if draws.shape[1] != y.shape[0]:
-        raise ValueError(
-            f"samples and y have different numbers of observations: {draws.shape[1]} vs "
-            f"{y.shape[0]}."
-        )
+        raise ValueError(f"samples and y have different numbers of observations: {draws.shape[1]} vs {y.shape[0]}.")
     levels = [float(a) for a in levels]
     if any(not 0.0 < a < 1.0 for a in levels):
         raise ValueError(f"levels must lie strictly between 0 and 1, got {levels}.")
@@ -415,9 +396,7 @@ def _all_classes(probs, y, weights) -> tuple[np.ndarray, np.ndarray]:
     return p.ravel(), onehot.ravel()
 
 
-def calibration_curve(
-    probs, y, num_bins: int = 15, weights=None, all_classes: bool = False
-) -> CalibrationCurve:
+def calibration_curve(probs, y, num_bins: int = 15, weights=None, all_classes: bool = False) -> CalibrationCurve:
     """Reliability-diagram statistics of the predictive mean probabilities.
 
     Top-label binning by default: each observation contributes its maximum probability

@@ -52,7 +52,6 @@ from ._validation import check_init_params, check_plates
 __all__ = ["MinibatchModel", "draw_indices", "sample_without_replacement", "subsampled_plates"]
 
 
-
 def subsampled_plates(trace: dict, kernel_name: str = "This kernel") -> tuple[model_utils.PlateInfo, ...]:
     """The plates of ``trace`` that draw a minibatch (``subsample_size < size``), checked.
 
@@ -72,7 +71,9 @@ def subsampled_plates(trace: dict, kernel_name: str = "This kernel") -> tuple[mo
     return tuple(out)
 
 
-def check_observations_indexed(trace: dict, plates: tuple[model_utils.PlateInfo, ...], kernel_name: str = "This kernel") -> None:
+def check_observations_indexed(
+    trace: dict, plates: tuple[model_utils.PlateInfo, ...], kernel_name: str = "This kernel"
+) -> None:
     """Raise when an observed site in a subsampled plate has more rows along the plate than the minibatch.
 
     Such a site observes the full data instead of the plate's rows (``obs=y`` rather than
@@ -137,8 +138,7 @@ def draw_indices(plates: tuple[model_utils.PlateInfo, ...], rng_key) -> dict:
         return {}
     keys = [rng_key] if len(plates) == 1 else jax.random.split(rng_key, len(plates))
     return {
-        info.name: sample_without_replacement(key, info.size, info.subsample_size)
-        for info, key in zip(plates, keys)
+        info.name: sample_without_replacement(key, info.size, info.subsample_size) for info, key in zip(plates, keys)
     }
 
 
@@ -163,8 +163,15 @@ class MinibatchModel:
         exceeds its size.
     """
 
-    def __init__(self, model: Callable, model_args: tuple = (), model_kwargs: dict | None = None, *,
-                 kernel_name: str = "This kernel", rng_key=None):
+    def __init__(
+        self,
+        model: Callable,
+        model_args: tuple = (),
+        model_kwargs: dict | None = None,
+        *,
+        kernel_name: str = "This kernel",
+        rng_key=None,
+    ):
         self.model = model
         self.kernel_name = kernel_name
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
@@ -175,7 +182,9 @@ class MinibatchModel:
             # Traced abstractly (jax.eval_shape): no op is executed or compiled; only static
             # facts (plates, supports, shapes) leave this function.
             with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=model_utils.SUBSAMPLE_MISMATCH)  # reported below, more clearly
+                warnings.filterwarnings(
+                    "ignore", message=model_utils.SUBSAMPLE_MISMATCH
+                )  # reported below, more clearly
                 trace = model_utils.trace_model(model, tuple(model_args), model_kwargs, key)
             found["plates"] = subsampled_plates(trace, kernel_name)
             check_observations_indexed(trace, found["plates"], kernel_name)
@@ -253,8 +262,9 @@ class MinibatchModel:
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
         return partial(constrain_fn, self.full_model(), model_args, model_kwargs, return_deterministic=True)
 
-    def init_positions(self, keys, model_args: tuple = (), model_kwargs: dict | None = None,
-                       init_strategy: Callable = init_to_uniform) -> dict:
+    def init_positions(
+        self, keys, model_args: tuple = (), model_kwargs: dict | None = None, init_strategy: Callable = init_to_uniform
+    ) -> dict:
         """Unconstrained initial positions, one per key: a dict of arrays with a leading axis ``len(keys)``.
 
         The first attempt of NumPyro's ``initialize_model``: the full-data model is run under
@@ -269,22 +279,27 @@ class MinibatchModel:
         radius = _uniform_radius(init_strategy)
         if radius is not None:
             flat, unravel = ravel_pytree({name: jnp.zeros(shape) for name, shape in self.latent_shapes.items()})
-            return jax.vmap(lambda key: unravel(
-                jax.random.uniform(key, flat.shape, flat.dtype, -radius, radius)))(keys)
+            return jax.vmap(lambda key: unravel(jax.random.uniform(key, flat.shape, flat.dtype, -radius, radius)))(keys)
         full = self.full_model()
 
         def one(key):
             _, subkey = jax.random.split(key)
             seeded = handlers.substitute(handlers.seed(full, subkey), substitute_fn=init_strategy)
             trace = handlers.trace(seeded).get_trace(*model_args, **model_kwargs)
-            return {name: biject_to(site["fn"].support).inv(site["value"])
-                    for name, site in model_utils.latent_sites(trace).items()}
+            return {
+                name: biject_to(site["fn"].support).inv(site["value"])
+                for name, site in model_utils.latent_sites(trace).items()
+            }
 
         return jax.vmap(one)(keys)
 
     def check_init_params(self, init_params, num_chains: int, batched: bool) -> dict:
         """Validate user ``init_params`` and return them with a leading chain axis."""
         lead = (num_chains,) if batched else ()
-        checked = check_init_params(init_params, self.latent_shapes, lead,
-                                    hint="a leading axis of size num_chains, then the site's shape" if batched else "")
+        checked = check_init_params(
+            init_params,
+            self.latent_shapes,
+            lead,
+            hint="a leading axis of size num_chains, then the site's shape" if batched else "",
+        )
         return checked if batched else {name: value[None] for name, value in checked.items()}

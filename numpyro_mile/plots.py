@@ -19,8 +19,7 @@ def _pyplot():
         import matplotlib.pyplot as plt
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "numpyro_mile.plots needs matplotlib: pip install matplotlib "
-            "(or numpyro_mile[examples])."
+            "numpyro_mile.plots needs matplotlib: pip install matplotlib (or numpyro_mile[examples])."
         ) from err
     return plt
 
@@ -62,14 +61,20 @@ def reliability_diagram(probs, y, num_bins: int = 15, *, weights=None, ax=None):
     fig, (axis,) = _figure_and_axes(ax)
     filled = curve.counts > 0
     lo, hi = curve.bin_edges[:-1], curve.bin_edges[1:]
-    axis.bar(lo[filled], curve.accuracy[filled], width=(hi - lo)[filled], align="edge",
-             edgecolor="black", alpha=0.7, label="accuracy")
+    axis.bar(
+        lo[filled],
+        curve.accuracy[filled],
+        width=(hi - lo)[filled],
+        align="edge",
+        edgecolor="black",
+        alpha=0.7,
+        label="accuracy",
+    )
     axis.plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
     total = curve.counts.sum()
     gaps = np.abs(curve.accuracy[filled] - curve.confidence[filled])
     ece = float(np.sum(curve.counts[filled] / total * gaps)) if total else float("nan")
-    axis.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy",
-             title=f"Reliability (ECE = {ece:.3f})")
+    axis.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy", title=f"Reliability (ECE = {ece:.3f})")
     axis.legend(loc="upper left")
     return fig
 
@@ -105,8 +110,7 @@ def predictive_band(X_train, y_train, X_grid, mean, std, *, num_std: float = 2.0
     order = np.argsort(x_grid)
     x_grid, mean, std = x_grid[order], mean[order], std[order]
     fig, (axis,) = _figure_and_axes(ax)
-    axis.fill_between(x_grid, mean - num_std * std, mean + num_std * std, alpha=0.3,
-                      label=f"mean ± {num_std:g} std")
+    axis.fill_between(x_grid, mean - num_std * std, mean + num_std * std, alpha=0.3, label=f"mean ± {num_std:g} std")
     axis.plot(x_grid, mean, label="predictive mean")
     axis.scatter(x_train, y_train, s=8, color="black", label="training data")
     axis.set(xlabel="x", ylabel="y")
@@ -124,12 +128,14 @@ def warmup_trace(step_size, L, energy_change, *, ax=None):
     :param ax: optional sequence of three matplotlib axes.
     :returns: the figure (three stacked panels, log scale for step size and L).
     """
-    series = [_chains_steps("step_size", step_size), _chains_steps("L", L),
-              _chains_steps("energy_change", energy_change)]
+    series = [
+        _chains_steps("step_size", step_size),
+        _chains_steps("L", L),
+        _chains_steps("energy_change", energy_change),
+    ]
     if len({s.shape for s in series}) != 1:
         raise ValueError(
-            "step_size, L and energy_change must have the same shape (chains, steps), got "
-            f"{[s.shape for s in series]}."
+            f"step_size, L and energy_change must have the same shape (chains, steps), got {[s.shape for s in series]}."
         )
     fig, axes = _figure_and_axes(ax, nrows=3, figsize=(6.0, 7.0))
     labels = ("step size", "L", "energy change")
@@ -175,18 +181,24 @@ def lppd_vs_samples(log_lik, *, num_points: int = 50, ax=None):
     fig, (axis,) = _figure_and_axes(ax)
     if chains > 1:
         for c in range(chains):
-            axis.plot(ks, per_chain[c].mean(axis=-1), lw=0.8, alpha=0.5, color="gray",
-                      label="single chains" if c == 0 else None)
-    axis.plot(ks * chains, pooled.mean(axis=-1), lw=2.0, color="C0",
-              label="all chains" if chains > 1 else "LPPD")
+            axis.plot(
+                ks,
+                per_chain[c].mean(axis=-1),
+                lw=0.8,
+                alpha=0.5,
+                color="gray",
+                label="single chains" if c == 0 else None,
+            )
+    axis.plot(ks * chains, pooled.mean(axis=-1), lw=2.0, color="C0", label="all chains" if chains > 1 else "LPPD")
     axis.set_xscale("log")
     axis.set(xlabel="number of samples", ylabel="LPPD (mean per observation)")
     axis.legend(loc="lower right")
     return fig
 
 
-def reliability_grid(probs_by_method, y, num_bins: int = 15, *, weights_by_method=None, ncols: int = 4,
-                     panel_size: float = 2.8):
+def reliability_grid(
+    probs_by_method, y, num_bins: int = 15, *, weights_by_method=None, ncols: int = 4, panel_size: float = 2.8
+):
     """Reliability diagrams of several methods side by side (one panel each, shared axes).
 
     :param probs_by_method: dict method name -> class probabilities, shape ``(S, N, C)`` or ``(N, C)``
@@ -225,7 +237,7 @@ def reliability_grid(probs_by_method, y, num_bins: int = 15, *, weights_by_metho
         axis.set_title(f"{name} (ECE {ece})", fontsize="medium")
         axis.legend().remove()
         axis.label_outer()
-    for axis in list(axes.flat)[len(names):]:
+    for axis in list(axes.flat)[len(names) :]:
         axis.remove()
     fig.tight_layout()
     return fig

@@ -128,8 +128,7 @@ def _flatten_samples(samples: Mapping, chain_axis: bool) -> tuple[dict[str, np.n
         elif shape != batch_shape:
             what = "chains and draws" if chain_axis else "samples (leading axis)"
             raise ValueError(
-                f"samples[{name!r}] and samples[{first!r}] have different numbers of {what}: "
-                f"{shape} vs {batch_shape}."
+                f"samples[{name!r}] and samples[{first!r}] have different numbers of {what}: {shape} vs {batch_shape}."
             )
         flat[name] = arr.reshape((-1,) + arr.shape[ndims:])
     if math.prod(batch_shape) == 0:

@@ -38,6 +38,7 @@ STORE_VERSION = 1
 _STORE_FILE = "store.json"
 GROUPS = ("posterior", "sample_stats")
 
+
 def _is_float(dtype: np.dtype) -> bool:
     return dtype.kind == "f" or dtype == STORE_DTYPES["bfloat16"]
 
@@ -102,20 +103,32 @@ class SampleStore:
         self.directory = Path(directory)
         meta_path = self.directory / _STORE_FILE
         if not meta_path.exists():
-            raise FileNotFoundError(f"{self.directory} is not a sample store (no {_STORE_FILE}); "
-                                    "create one with SampleStore.create or run_chunked(..., sample_dir=...).")
+            raise FileNotFoundError(
+                f"{self.directory} is not a sample store (no {_STORE_FILE}); "
+                "create one with SampleStore.create or run_chunked(..., sample_dir=...)."
+            )
         try:
             self.meta = json.loads(meta_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ValueError(f"{meta_path} is corrupt ({err}); delete the sample store and rerun.") from err
         if self.meta.get("version") != STORE_VERSION:
-            raise ValueError(f"{self.directory} was written by store format version {self.meta.get('version')}, "
-                             f"this numpyro_mile reads version {STORE_VERSION}.")
+            raise ValueError(
+                f"{self.directory} was written by store format version {self.meta.get('version')}, "
+                f"this numpyro_mile reads version {STORE_VERSION}."
+            )
 
     # ------------------------------------------------------------------ creation
     @classmethod
-    def create(cls, directory: str | os.PathLike, spec: Mapping[str, Mapping[str, tuple]], *, num_chains: int,
-               num_draws: int, store_dtype=None, attrs: Mapping | None = None) -> "SampleStore":
+    def create(
+        cls,
+        directory: str | os.PathLike,
+        spec: Mapping[str, Mapping[str, tuple]],
+        *,
+        num_chains: int,
+        num_draws: int,
+        store_dtype=None,
+        attrs: Mapping | None = None,
+    ) -> "SampleStore":
         """Create (or reuse, when the layout is the same) a store with preallocated files.
 
         :param directory: where to put it (created if needed).
@@ -140,9 +153,15 @@ class SampleStore:
                     "dtype": stored.name,
                     "file": f"{group}/{_safe_name(name)}.npy",
                 }
-        meta = {"version": STORE_VERSION, "num_chains": int(num_chains), "num_draws": int(num_draws),
-                "num_written": 0, "store_dtype": None if dtype is None else dtype.name, "layout": layout,
-                "attrs": dict(attrs or {})}
+        meta = {
+            "version": STORE_VERSION,
+            "num_chains": int(num_chains),
+            "num_draws": int(num_draws),
+            "num_written": 0,
+            "store_dtype": None if dtype is None else dtype.name,
+            "layout": layout,
+            "attrs": dict(attrs or {}),
+        }
         if (directory / _STORE_FILE).exists():
             old = cls(directory)
             same = {k: v for k, v in old.meta.items() if k not in ("num_written", "attrs")}
@@ -155,10 +174,12 @@ class SampleStore:
         for group, variables in layout.items():
             (directory / group).mkdir(parents=True, exist_ok=True)
             for info in variables.values():
-                mm = np.lib.format.open_memmap(directory / info["file"], mode="w+",
-                                               dtype=_file_dtype(np.dtype(STORE_DTYPES.get(info["dtype"],
-                                                                                            info["dtype"]))),
-                                               shape=tuple(info["shape"]))
+                mm = np.lib.format.open_memmap(
+                    directory / info["file"],
+                    mode="w+",
+                    dtype=_file_dtype(np.dtype(STORE_DTYPES.get(info["dtype"], info["dtype"]))),
+                    shape=tuple(info["shape"]),
+                )
                 del mm
         directory.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(directory / _STORE_FILE, json.dumps(meta, indent=1).encode())
@@ -196,14 +217,16 @@ class SampleStore:
                 raise ValueError(f"{group}/{name}: expected shape ({shape[0]}, n, *{shape[2:]}), got {value.shape}.")
             n = value.shape[1] if n is None else n
             if value.shape[1] != n or start < 0 or start + n > shape[1]:
-                raise ValueError(f"{group}/{name}: draws {start}:{start + value.shape[1]} do not fit 0:{shape[1]} "
-                                 "or differ in number between variables.")
+                raise ValueError(
+                    f"{group}/{name}: draws {start}:{start + value.shape[1]} do not fit 0:{shape[1]} "
+                    "or differ in number between variables."
+                )
             dtype = np.dtype(STORE_DTYPES.get(info["dtype"], info["dtype"]))
             value = value.astype(dtype, copy=False)
             if dtype == STORE_DTYPES["bfloat16"]:
                 value = value.view(np.uint16)
             mm = np.load(self.directory / info["file"], mmap_mode="r+")
-            mm[:, start:start + n] = value
+            mm[:, start : start + n] = value
             mm.flush()
             del mm
         if commit and n is not None:
@@ -227,8 +250,10 @@ class SampleStore:
                 continue
             mm = np.load(self.directory / info["file"], mmap_mode="r")
             if tuple(mm.shape) != tuple(info["shape"]):
-                raise ValueError(f"{self.directory / info['file']} has shape {mm.shape}, store.json says "
-                                 f"{tuple(info['shape'])}: the store is corrupt.")
+                raise ValueError(
+                    f"{self.directory / info['file']} has shape {mm.shape}, store.json says "
+                    f"{tuple(info['shape'])}: the store is corrupt."
+                )
             if info["dtype"] == "bfloat16":
                 mm = mm.view(STORE_DTYPES["bfloat16"])
             value = mm[:, : self.num_written]
@@ -243,8 +268,9 @@ def _safe_name(name: str) -> str:
     return safe if safe not in ("", ".", "..") else "_" + safe
 
 
-def load_samples(sample_dir: str | os.PathLike, *, group_by_chain: bool = True, upcast: bool = False,
-                 group: str = "posterior") -> dict[str, np.ndarray]:
+def load_samples(
+    sample_dir: str | os.PathLike, *, group_by_chain: bool = True, upcast: bool = False, group: str = "posterior"
+) -> dict[str, np.ndarray]:
     """Samples of a :class:`SampleStore`, memory-mapped (lazy) when ``group_by_chain``.
 
     :param sample_dir: the store's directory (``run_chunked``'s ``sample_dir``).

@@ -17,8 +17,9 @@ REG_WEIGHTS = np.array([1.0, -2.0, 0.5, 0.0])
 def conjugate_linear_regression(X, y=None, subsample_size=None):
     w = numpyro.sample("w", dist.Normal(0.0, REG_PRIOR).expand([X.shape[1]]).to_event(1))
     with numpyro.plate("data", X.shape[0], subsample_size=subsample_size):
-        numpyro.sample("y", dist.Normal(numpyro.subsample(X, event_dim=1) @ w, REG_NOISE),
-                       obs=numpyro.subsample(y, event_dim=0))
+        numpyro.sample(
+            "y", dist.Normal(numpyro.subsample(X, event_dim=1) @ w, REG_NOISE), obs=numpyro.subsample(y, event_dim=0)
+        )
 
 
 def conjugate_regression(design: str = "gaussian", n: int = REG_N):

@@ -70,7 +70,7 @@ def reference_ess(samples) -> np.ndarray:
     rho[0] = 1.0
     ess = np.empty(x.shape[1])
     for j in range(x.shape[1]):
-        even, odd = rho[0:n - n % 2:2, j], rho[1:n - n % 2:2, j]
+        even, odd = rho[0 : n - n % 2 : 2, j], rho[1 : n - n % 2 : 2, j]
         pairs = even + odd
         stop = np.flatnonzero(pairs <= 0)
         count = stop[0] if stop.size else len(pairs)  # the pairs of the initial positive sequence

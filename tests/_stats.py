@@ -59,8 +59,11 @@ def check_moments(samples, true_mean, true_var, z: float = 5.0) -> tuple[np.ndar
     ``shape``. Returns the z-scores of the means and of the variances."""
     samples = np.asarray(samples, np.float64)
     shape = samples.shape[2:]
-    errors = moment_errors(samples.reshape(samples.shape[:2] + (-1,)), np.ravel(np.broadcast_to(true_mean, shape)),
-                           np.ravel(np.broadcast_to(true_var, shape)))
+    errors = moment_errors(
+        samples.reshape(samples.shape[:2] + (-1,)),
+        np.ravel(np.broadcast_to(true_mean, shape)),
+        np.ravel(np.broadcast_to(true_var, shape)),
+    )
     assert np.all(np.abs(errors.z_mean) < z), f"means off by {np.abs(errors.z_mean).max():.1f} standard errors"
     assert np.all(np.abs(errors.z_var) < z), f"variances off by {np.abs(errors.z_var).max():.1f} standard errors"
     return errors.z_mean, errors.z_var

@@ -70,8 +70,14 @@ CONSTRAINED_EXACT = {  # (mean, variance)
 
 def run_mile(model, *args, num_warmup=2000, num_samples=10_000, num_chains=4, init_params=None, **kernel_kwargs):
     kernel = MILE(model, **kernel_kwargs) if model is not None else MILE(**kernel_kwargs)
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                chain_method="vectorized", progress_bar=False)
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(0), *args, init_params=init_params)
     return mcmc
 
@@ -103,8 +109,12 @@ def test_mile_default_settings_bias_is_within_the_stated_allowance():
 
 def test_mile_plate_without_indexing_pretrains_full_batch_and_is_exact():
     with pytest.warns(UserWarning, match="trains full-batch") as record:
-        mcmc = run_mile(bernoulli_plate_model, DATA, target_energy_variance=EXACT,
-                        ensemble_options=dict(max_epochs=50, progress_bar=False))
+        mcmc = run_mile(
+            bernoulli_plate_model,
+            DATA,
+            target_energy_variance=EXACT,
+            ensemble_options=dict(max_epochs=50, progress_bar=False),
+        )
     assert sum("full-batch" in str(w.message) for w in record) == 1  # said once
     assert len(mcmc.sampler.ensembles) == 1 and mcmc.sampler.ensembles[0].train_loss.shape == (4, 50)
     samples = mcmc.get_samples(group_by_chain=True)
@@ -131,8 +141,13 @@ def test_mile_potential_fn_samples_in_its_own_space():
     assert x.shape == (4, 10_000, 3)  # the positions themselves, no postprocessing
     check_moments(x, MEAN, SCALE**2)
     # a pytree position works too, with one chain (no chain axis)
-    tree = run_mile(None, potential_fn=lambda p: potential(jnp.concatenate([p["a"], p["b"]])), num_chains=1,
-                    num_samples=2000, init_params={"a": jnp.zeros(1), "b": jnp.zeros(2)})
+    tree = run_mile(
+        None,
+        potential_fn=lambda p: potential(jnp.concatenate([p["a"], p["b"]])),
+        num_chains=1,
+        num_samples=2000,
+        init_params={"a": jnp.zeros(1), "b": jnp.zeros(2)},
+    )
     assert tree.get_samples()["a"].shape == (2000, 1)
 
 
@@ -140,8 +155,9 @@ def test_mile_potential_fn_errors():
     with pytest.raises(ValueError, match="needs init_params"):
         run_mile(None, potential_fn=lambda x: jnp.sum(x**2), num_warmup=100, num_samples=10)
     with pytest.raises(ValueError, match="leading dimension"):  # NumPyro's MCMC checks first
-        run_mile(None, potential_fn=lambda x: jnp.sum(x**2), num_warmup=100, num_samples=10,
-                 init_params=jnp.zeros((3, 2)))
+        run_mile(
+            None, potential_fn=lambda x: jnp.sum(x**2), num_warmup=100, num_samples=10, init_params=jnp.zeros((3, 2))
+        )
     with pytest.raises(ValueError, match="exactly one of"):
         MILE(factor_model, potential_fn=lambda x: 0.0)
     with pytest.raises(ValueError, match="exactly one of"):
@@ -177,8 +193,15 @@ def test_observation_plate_with_another_name_is_found_and_pretrained_on_minibatc
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no full-batch fallback here
-        mcmc = run_mile(regression, X, y, num_warmup=400, num_samples=200, num_chains=2,
-                        ensemble_options=dict(max_epochs=30, progress_bar=False))
+        mcmc = run_mile(
+            regression,
+            X,
+            y,
+            num_warmup=400,
+            num_samples=200,
+            num_chains=2,
+            ensemble_options=dict(max_epochs=30, progress_bar=False),
+        )
     ensemble = mcmc.sampler.ensembles[0]
     assert ensemble.train_loss.shape[1] >= 1
     np.testing.assert_allclose(np.asarray(mcmc.get_samples()["w"]).mean(0), [1.0, -1.0], atol=0.1)
@@ -187,15 +210,27 @@ def test_observation_plate_with_another_name_is_found_and_pretrained_on_minibatc
 # ---------------------------------------------------------------------------------------------- SGLD / ICSGLD
 def test_sgld_factor_target_on_an_improper_site():
     """No plate: full-batch Langevin (ULA); its O(eps) bias is below MC error at eps = 1e-3 here."""
-    mcmc = MCMC(SGLD(factor_model, step_size=1e-3), num_warmup=1000, num_samples=40_000, num_chains=4,
-                chain_method="vectorized", progress_bar=False)
+    mcmc = MCMC(
+        SGLD(factor_model, step_size=1e-3),
+        num_warmup=1000,
+        num_samples=40_000,
+        num_chains=4,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(0))
     check_moments(mcmc.get_samples(group_by_chain=True)["x"], MEAN, SCALE**2)
 
 
 def test_sgld_plate_without_indexing_runs_full_batch_and_explains_minibatch_failure():
-    mcmc = MCMC(SGLD(bernoulli_plate_model, step_size=2e-4), num_warmup=1000, num_samples=20_000, num_chains=4,
-                chain_method="vectorized", progress_bar=False)
+    mcmc = MCMC(
+        SGLD(bernoulli_plate_model, step_size=2e-4),
+        num_warmup=1000,
+        num_samples=20_000,
+        num_chains=4,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(0), DATA)
     mean, var = beta_posterior()
     check_moments(mcmc.get_samples(group_by_chain=True)["p"], mean, var)
@@ -205,13 +240,16 @@ def test_sgld_plate_without_indexing_runs_full_batch_and_explains_minibatch_fail
         with numpyro.plate("data", data.shape[0], subsample_size=subsample_size):
             numpyro.sample("obs", dist.Bernoulli(p), obs=data)
 
-    for kernel in (SGLD(subsampled, 1e-3), ICSGLD(subsampled, 1e-3, zeta=0.5, num_bins=20, bin_width=1.0,
-                                                  min_energy=0.0)):
+    for kernel in (
+        SGLD(subsampled, 1e-3),
+        ICSGLD(subsampled, 1e-3, zeta=0.5, num_bins=20, bin_width=1.0, min_energy=0.0),
+    ):
         # subsample_size=1: NumPyro broadcasts the full data against the 1-row plate without an error
         for size in (10, 1):
             with pytest.raises(ValueError, match=r"index the data it observes.*obs=y\[idx\]"):
-                MCMC(kernel, num_warmup=10, num_samples=10, num_chains=2, chain_method="vectorized",
-                     progress_bar=False).run(jax.random.PRNGKey(0), DATA, subsample_size=size)
+                MCMC(
+                    kernel, num_warmup=10, num_samples=10, num_chains=2, chain_method="vectorized", progress_bar=False
+                ).run(jax.random.PRNGKey(0), DATA, subsample_size=size)
 
 
 @pytest.mark.parametrize("kernel", ["SGLD", "SMILE", "MILE"])
@@ -226,16 +264,26 @@ def test_unindexed_data_under_a_subsampled_plate_gets_the_indexing_advice(kernel
         with numpyro.plate("data", X.shape[0], subsample_size=subsample_size):
             numpyro.sample("y", dist.Normal(X @ w, 1.0), obs=y)
 
-    sampler = {"SGLD": lambda: SGLD(unindexed, 1e-3), "SMILE": lambda: SMILE(unindexed),
-               "MILE": lambda: MILE(unindexed)}[kernel]()
+    sampler = {
+        "SGLD": lambda: SGLD(unindexed, 1e-3),
+        "SMILE": lambda: SMILE(unindexed),
+        "MILE": lambda: MILE(unindexed),
+    }[kernel]()
     with pytest.raises(ValueError, match=r"minibatch of 10 of the 40 rows of plate 'data'.*obs=y\[idx\]"):
-        MCMC(sampler, num_warmup=100, num_samples=10, num_chains=2, chain_method="vectorized",
-             progress_bar=False).run(jax.random.PRNGKey(0), X, y, subsample_size=10)
+        MCMC(sampler, num_warmup=100, num_samples=10, num_chains=2, chain_method="vectorized", progress_bar=False).run(
+            jax.random.PRNGKey(0), X, y, subsample_size=10
+        )
 
 
 def test_icsgld_factor_target_importance_weighted_mean():
-    mcmc = MCMC(ICSGLD(factor_model, 1e-3, zeta=0.5, num_bins=40, bin_width=0.5, min_energy=0.0),
-                num_warmup=1000, num_samples=20_000, num_chains=4, chain_method="vectorized", progress_bar=False)
+    mcmc = MCMC(
+        ICSGLD(factor_model, 1e-3, zeta=0.5, num_bins=40, bin_width=0.5, min_energy=0.0),
+        num_warmup=1000,
+        num_samples=20_000,
+        num_chains=4,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(0), extra_fields=("potential_energy",))
     x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"], np.float64)
     weights = np.asarray(importance_weights(mcmc), np.float64).reshape(x.shape[:2])
@@ -273,8 +321,14 @@ def test_nested_observation_plates_say_how_to_name_the_plate():
         mcmc = run_mile(multi_output, Y, num_warmup=200, num_samples=50, num_chains=2)
     assert mcmc.sampler.ensembles == []
     with pytest.warns(UserWarning, match="trains full-batch"):  # named: pretrained (full-batch: Y is not indexed)
-        mcmc = run_mile(multi_output, Y, num_warmup=200, num_samples=50, num_chains=2,
-                        ensemble_options=dict(plate_name="rows", max_epochs=5, progress_bar=False))
+        mcmc = run_mile(
+            multi_output,
+            Y,
+            num_warmup=200,
+            num_samples=50,
+            num_chains=2,
+            ensemble_options=dict(plate_name="rows", max_epochs=5, progress_bar=False),
+        )
     assert len(mcmc.sampler.ensembles) == 1
 
 
@@ -289,13 +343,24 @@ def test_pandas_data_give_the_same_run_as_numpy_arrays():
     X = rng.normal(size=(50, 3)).astype(np.float32)
     y = (X[:, 0] - X[:, 1] + 0.1 * rng.normal(size=50)).astype(np.float32)
     frame, series = pd.DataFrame(X, columns=["a", "b", "c"]), pd.Series(y, name="target")
-    runs = [run_mile(mlp_regression, *data, num_warmup=200, num_samples=20, num_chains=2,
-                     ensemble_options=dict(max_epochs=10, progress_bar=False))
-            for data in ((X, y), (frame, series))]
+    runs = [
+        run_mile(
+            mlp_regression,
+            *data,
+            num_warmup=200,
+            num_samples=20,
+            num_chains=2,
+            ensemble_options=dict(max_epochs=10, progress_bar=False),
+        )
+        for data in ((X, y), (frame, series))
+    ]
     arrays, pandas = (run.get_samples() for run in runs)
     for name in arrays:
         np.testing.assert_array_equal(pandas[name], arrays[name])
-    np.testing.assert_array_equal(predict(mlp_regression, pandas, frame, return_sites=["mu"])["mu"],
-                                  predict(mlp_regression, arrays, X, return_sites=["mu"])["mu"])
-    np.testing.assert_array_equal(log_likelihood(mlp_regression, pandas, frame, series)["y"],
-                                  log_likelihood(mlp_regression, arrays, X, y)["y"])
+    np.testing.assert_array_equal(
+        predict(mlp_regression, pandas, frame, return_sites=["mu"])["mu"],
+        predict(mlp_regression, arrays, X, return_sites=["mu"])["mu"],
+    )
+    np.testing.assert_array_equal(
+        log_likelihood(mlp_regression, pandas, frame, series)["y"], log_likelihood(mlp_regression, arrays, X, y)["y"]
+    )

@@ -43,8 +43,9 @@ def exact_posterior(X, y, prior_mean=M0, likelihood_weight=1.0):
     """Mean and precision of the posterior with the likelihood raised to ``likelihood_weight``."""
     X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
     precision = np.eye(D) / S0**2 + likelihood_weight * X.T @ X / SIGMA**2
-    mean = np.linalg.solve(precision, np.asarray(prior_mean, np.float64) / S0**2
-                           + likelihood_weight * X.T @ y / SIGMA**2)
+    mean = np.linalg.solve(
+        precision, np.asarray(prior_mean, np.float64) / S0**2 + likelihood_weight * X.T @ y / SIGMA**2
+    )
     return mean, precision
 
 
@@ -71,8 +72,18 @@ def test_vi_matches_exact_mean_field_solution(scale_link, kl_discount):
     """
     X, y = data(200)
     mean, precision = exact_posterior(X, y, likelihood_weight=1.0 / kl_discount)
-    q = fit_vi(blr, jax.random.PRNGKey(0), X, y, num_steps=3000, optimizer=decaying_adam(end=1e-3), init_scale=0.1,
-               scale_link=scale_link, kl_discount=kl_discount, num_particles=4)
+    q = fit_vi(
+        blr,
+        jax.random.PRNGKey(0),
+        X,
+        y,
+        num_steps=3000,
+        optimizer=decaying_adam(end=1e-3),
+        init_scale=0.1,
+        scale_link=scale_link,
+        kl_discount=kl_discount,
+        num_particles=4,
+    )
     sd = 1.0 / np.sqrt(np.diag(precision))
     assert q.method == "vi"
     np.testing.assert_array_less(np.abs(np.asarray(q.loc["w"]) - mean) / sd, 0.1)
@@ -84,8 +95,16 @@ def test_vi_minibatch_through_subsample_plate():
     (looser tolerance, 0.25 posterior sd, for the extra minibatch noise at the final learning rate)."""
     X, y = data(200)
     mean, precision = exact_posterior(X, y)
-    q = fit_vi(blr, jax.random.PRNGKey(1), X, y, subsample_size=20, num_steps=3000, optimizer=decaying_adam(end=1e-3),
-               init_scale=0.1)
+    q = fit_vi(
+        blr,
+        jax.random.PRNGKey(1),
+        X,
+        y,
+        subsample_size=20,
+        num_steps=3000,
+        optimizer=decaying_adam(end=1e-3),
+        init_scale=0.1,
+    )
     sd = 1.0 / np.sqrt(np.diag(precision))
     np.testing.assert_array_less(np.abs(np.asarray(q.loc["w"]) - mean) / sd, 0.25)
 
@@ -125,8 +144,9 @@ def test_laplace_precision_matches_exact_posterior_precision():
     np.testing.assert_allclose(np.asarray(la.scale["w"]), np.asarray(info["precision"]["w"]) ** -0.5, rtol=1e-6)
 
     inflated = fit_laplace(blr, jax.random.PRNGKey(0), X, y, map_params=la.loc, data_inflation=3.0)
-    np.testing.assert_allclose(np.asarray(inflated.info["precision"]["w"]),
-                               3.0 * np.asarray(info["fisher"]["w"]) + 1.0 / S0**2, rtol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(inflated.info["precision"]["w"]), 3.0 * np.asarray(info["fisher"]["w"]) + 1.0 / S0**2, rtol=1e-5
+    )
 
     # sampling from N(loc, scale^2): moments within 5 Monte Carlo standard errors
     S = 4000
@@ -156,11 +176,13 @@ def test_map_prior_mean_shift_and_data_inflation():
     assert np.abs(shift).max() > 0.1  # the prior matters with 4 rows
     np.testing.assert_allclose(np.asarray(base.loc["w"]), mean, atol=1e-3)
     np.testing.assert_allclose(np.asarray(shifted.loc["w"]) - np.asarray(base.loc["w"]), shift, atol=2e-3)
-    np.testing.assert_allclose(np.asarray(inflated.loc["w"]), exact_posterior(X, y, likelihood_weight=4.0)[0],
-                               atol=1e-3)
+    np.testing.assert_allclose(
+        np.asarray(inflated.loc["w"]), exact_posterior(X, y, likelihood_weight=4.0)[0], atol=1e-3
+    )
     np.testing.assert_array_equal(np.asarray(base.scale["w"]), 0.0)
-    np.testing.assert_allclose(np.asarray(base.sample(jax.random.PRNGKey(1), 3)["w"]),
-                               np.tile(np.asarray(base.loc["w"]), (3, 1)))
+    np.testing.assert_allclose(
+        np.asarray(base.sample(jax.random.PRNGKey(1), 3)["w"]), np.tile(np.asarray(base.loc["w"]), (3, 1))
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -181,8 +203,16 @@ def test_mc_dropout_optimum_on_linear_regression():
     Xd, r0 = np.asarray(X, np.float64), np.asarray(y, np.float64) - np.asarray(X, np.float64) @ M0
     lhs = (1 - p) * Xd.T @ Xd + p * np.diag((Xd**2).sum(0)) + SIGMA**2 / S0**2 * np.eye(D)
     expected = M0 + np.linalg.solve(lhs, Xd.T @ r0)
-    q = fit_mc_dropout(blr, jax.random.PRNGKey(0), X, y, drop_prob=p, bias_sites=(), num_steps=4000,
-                       optimizer=decaying_adam(3e-2, 1e-4, 4000))
+    q = fit_mc_dropout(
+        blr,
+        jax.random.PRNGKey(0),
+        X,
+        y,
+        drop_prob=p,
+        bias_sites=(),
+        num_steps=4000,
+        optimizer=decaying_adam(3e-2, 1e-4, 4000),
+    )
     np.testing.assert_allclose(np.asarray(q.loc["w"]), expected, atol=1e-2)
     np.testing.assert_allclose(np.asarray(q.anchor["w"]), M0)
     mean = q.sample(jax.random.PRNGKey(0), 0)["w"]
@@ -205,8 +235,9 @@ def test_mc_dropout_sampling_shapes_and_rate():
     X, y, kwargs = _mlp_problem()
     p, nst = 0.3, 500
     for bias in ("spikymix", "gaussian"):
-        q = fit_mc_dropout(mlp_classification, jax.random.PRNGKey(0), X, y, drop_prob=p, bias=bias, num_steps=50,
-                           **kwargs)
+        q = fit_mc_dropout(
+            mlp_classification, jax.random.PRNGKey(0), X, y, drop_prob=p, bias=bias, num_steps=50, **kwargs
+        )
         draws = q.sample(jax.random.PRNGKey(1), nst)
         for name, shape in layer_shapes(5, (6,), 2).items():
             assert draws[name].shape == (nst, *shape)
@@ -236,8 +267,9 @@ def test_pretrained_prior_mean_pulls_the_map():
     X, y, kwargs = _mlp_problem()
     opt = dict(num_steps=2000, optimizer=decaying_adam(5e-2, 1e-4, 2000))
     post = fit_map(mlp_classification, jax.random.PRNGKey(0), X, y, prior_scale=0.01, **opt, **kwargs)
-    free = fit_map(mlp_classification, jax.random.PRNGKey(0), X, y, prior_scale=0.01, **opt,
-                   **{**kwargs, "prior_mean": None})
+    free = fit_map(
+        mlp_classification, jax.random.PRNGKey(0), X, y, prior_scale=0.01, **opt, **{**kwargs, "prior_mean": None}
+    )
     gaps = {k: np.abs(np.asarray(post.loc[k]) - np.asarray(v)).max() for k, v in kwargs["prior_mean"].items()}
     assert max(gaps.values()) < 0.02, gaps
     assert max(np.abs(np.asarray(free.loc[k]) - np.asarray(v)).max() for k, v in kwargs["prior_mean"].items()) > 0.5
@@ -284,8 +316,13 @@ def test_reliability_grid_one_panel_per_method():
     rng = np.random.default_rng(0)
     probs = rng.dirichlet(np.ones(3), size=(4, 30))  # (S, N, C)
     y = rng.integers(0, 3, 30)
-    fig = reliability_grid({"VI": probs, "MAP": probs[0], "ICSGLD": probs}, y, num_bins=5, ncols=2,
-                           weights_by_method={"ICSGLD": np.array([0.7, 0.1, 0.1, 0.1])})
+    fig = reliability_grid(
+        {"VI": probs, "MAP": probs[0], "ICSGLD": probs},
+        y,
+        num_bins=5,
+        ncols=2,
+        weights_by_method={"ICSGLD": np.array([0.7, 0.1, 0.1, 0.1])},
+    )
     assert [ax.get_title().split(" ")[0] for ax in fig.axes] == ["VI", "MAP", "ICSGLD"]
     with pytest.raises(ValueError, match="at least one method"):
         reliability_grid({}, y)

@@ -30,8 +30,7 @@ def exact_posterior():
 def test_bde_matches_the_exact_posterior_from_any_number_of_members(members):
     # one member used to fail: NumPyro reads a single chain's init_params without the chain axis
     init = {"w": np.tile(np.array([[0.3, 0.2]], np.float32), (members, 1))}
-    mcmc = bde(linear, init, X, Y, rng_key=jax.random.PRNGKey(0), num_warmup=300, num_samples=600,
-               progress_bar=False)
+    mcmc = bde(linear, init, X, Y, rng_key=jax.random.PRNGKey(0), num_warmup=300, num_samples=600, progress_bar=False)
     draws = np.asarray(mcmc.get_samples(group_by_chain=True)["w"])
     assert draws.shape == (members, 600, 2)
     mean, sd = exact_posterior()
@@ -71,11 +70,15 @@ def test_bde_runs_its_chains_over_every_device_with_the_draws_of_sequential_chai
 
     import _subprocess
 
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.path.dirname(__file__),
-               XLA_FLAGS=f"--xla_force_host_platform_device_count=3 {_subprocess.FAST_COMPILE_XLA_FLAGS}")
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=os.path.dirname(__file__),
+        XLA_FLAGS=f"--xla_force_host_platform_device_count=3 {_subprocess.FAST_COMPILE_XLA_FLAGS}",
+    )
     proc = subprocess.run([sys.executable, "-c", OVER_DEVICES], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1][len("RESULT "):])
+    res = json.loads([x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1][len("RESULT ") :])
     auto, sequential = np.array(res["auto"]), np.array(res["sequential"])
     assert auto.shape == (4, 100, 2)
     np.testing.assert_allclose(auto, sequential, atol=1e-4)

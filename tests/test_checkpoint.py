@@ -18,8 +18,17 @@ import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC, NUTS, init_to_uniform
 
-from numpyro_mile import (MILE, SGLD, CheckpointError, SampleStore, load_checkpoint, load_inference_data,
-                          load_samples, run_chunked, save_checkpoint)
+from numpyro_mile import (
+    MILE,
+    SGLD,
+    CheckpointError,
+    SampleStore,
+    load_checkpoint,
+    load_inference_data,
+    load_samples,
+    run_chunked,
+    save_checkpoint,
+)
 from numpyro_mile.datasets import toy_regression
 from numpyro_mile.models import mlp_regression
 from numpyro_mile._arrays import round_to_dtype
@@ -94,9 +103,14 @@ def test_mile_killed_mid_sampling_or_mid_warmup_resumes_bit_for_bit(tmp_path):
     script, path = tmp_path / "run.py", tmp_path / "mile.ckpt"
     script.write_text(SCRIPT)
     env = dict(os.environ, CI="1", JAX_PLATFORMS="cpu")
-    proc = subprocess.Popen([sys.executable, str(script), str(path), "50", "125"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    reference, args, kwargs = mile_setup()                     # meanwhile: uninterrupted, in memory
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(path), "50", "125"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    reference, args, kwargs = mile_setup()  # meanwhile: uninterrupted, in memory
     reference.run(jax.random.PRNGKey(0), *args, extra_fields=MILE_FIELDS, **kwargs)
     _, err = proc.communicate(timeout=1200)
     assert proc.returncode == KILLED, err[-3000:]
@@ -108,20 +122,37 @@ def test_mile_killed_mid_sampling_or_mid_warmup_resumes_bit_for_bit(tmp_path):
     assert ckpt.step == 125 and ckpt.num_draws == (125 - 100 - 62 % 3) // 3 == 7
     assert load_samples(str(path) + ".samples")["w0"].shape[1] == 7
 
-    mcmc, args, kwargs = mile_setup()                          # resume here, with other chunks
+    mcmc, args, kwargs = mile_setup()  # resume here, with other chunks
     for resumed in (path, warm):
-        run = run_chunked(mcmc, jax.random.PRNGKey(0), *args, checkpoint_path=resumed, chunk_size=40,
-                          extra_fields=MILE_FIELDS, **kwargs)
+        run = run_chunked(
+            mcmc,
+            jax.random.PRNGKey(0),
+            *args,
+            checkpoint_path=resumed,
+            chunk_size=40,
+            extra_fields=MILE_FIELDS,
+            **kwargs,
+        )
         assert run.finished and run.step == 162 and run.num_draws == 62 // 3
         assert_same_draws(reference, run)
     idata = run.to_inference_data()
     assert idata.posterior["w0"].shape == (2, 20, 1, 8)
-    np.testing.assert_array_equal(idata.sample_stats["L"].values,
-                                  np.asarray(reference.get_extra_fields(group_by_chain=True)["L"]))
+    np.testing.assert_array_equal(
+        idata.sample_stats["L"].values, np.asarray(reference.get_extra_fields(group_by_chain=True)["L"])
+    )
 
     # estimate_cost's memory prediction is this run's: the state of the chains and the draws
-    cost = MILE(mlp_regression).estimate_cost(jax.random.PRNGKey(0), *args, num_warmup=100, num_samples=62,
-                                              num_chains=2, thinning=3, chunk_size=40, min_seconds=0.01, **kwargs)
+    cost = MILE(mlp_regression).estimate_cost(
+        jax.random.PRNGKey(0),
+        *args,
+        num_warmup=100,
+        num_samples=62,
+        num_chains=2,
+        thinning=3,
+        chunk_size=40,
+        min_seconds=0.01,
+        **kwargs,
+    )
     # the data the state carries through the loop are counted once, in data_bytes
     state_bytes = sum(x.nbytes for x in jax.tree.leaves(reference.last_state._replace(data=None)))
     assert cost.state_bytes <= state_bytes <= cost.state_bytes + 2 * 64  # + a few scalars per chain
@@ -149,15 +180,17 @@ def mean_model(x, subsample_size=None):
 
 def sgld_mcmc(step_size=1e-3, **run):
     settings = dict(dict(num_warmup=30, num_samples=40, thinning=3, num_chains=2, chain_method="sequential"), **run)
-    return MCMC(SGLD(mean_model, step_size=step_size, init_strategy=init_to_uniform(radius=0.5)),
-                progress_bar=False, **settings)
+    return MCMC(
+        SGLD(mean_model, step_size=step_size, init_strategy=init_to_uniform(radius=0.5)), progress_bar=False, **settings
+    )
 
 
 def test_sgld_sequential_chains_resumed_equal_mcmc_run_other_runs_refused_bfloat16(tmp_path):
     path = tmp_path / "sgld.ckpt"
     common = dict(checkpoint_path=path, extra_fields=("potential_energy",), subsample_size=10)
-    part = run_chunked(sgld_mcmc(), jax.random.PRNGKey(3), DATA, chunk_size=7, callback=lambda p: p.step >= 40,
-                       **common)
+    part = run_chunked(
+        sgld_mcmc(), jax.random.PRNGKey(3), DATA, chunk_size=7, callback=lambda p: p.step >= 40, **common
+    )
     assert (part.step, part.finished, part.num_draws) == (44, False, (44 - 30 - 40 % 3) // 3)  # chunks end at W
     assert len(load_samples(part.sample_dir)["theta"][0]) == part.num_draws
     # a fresh kernel, another chunk size: the draws do not depend on it
@@ -175,16 +208,22 @@ def test_sgld_sequential_chains_resumed_equal_mcmc_run_other_runs_refused_bfloat
         "data": lambda: run_chunked(sgld_mcmc(), jax.random.PRNGKey(3), DATA + 1, **other),
         "rng_key": lambda: run_chunked(sgld_mcmc(), jax.random.PRNGKey(4), DATA, **other),
         "thinning": lambda: run_chunked(sgld_mcmc(thinning=2), jax.random.PRNGKey(3), DATA, **other),
-        "store_dtype": lambda: run_chunked(sgld_mcmc(), jax.random.PRNGKey(3), DATA, store_dtype="float16",
-                                           **other),
+        "store_dtype": lambda: run_chunked(sgld_mcmc(), jax.random.PRNGKey(3), DATA, store_dtype="float16", **other),
     }
     for field, call in cases.items():
         with pytest.raises(CheckpointError, match=f"{field}: checkpoint"):
             call()
 
     # bfloat16 storage: the same draws, rounded to nearest even
-    half = run_chunked(sgld_mcmc(), jax.random.PRNGKey(3), DATA, checkpoint_path=tmp_path / "half.ckpt",
-                       chunk_size=35, store_dtype="bfloat16", subsample_size=10)
+    half = run_chunked(
+        sgld_mcmc(),
+        jax.random.PRNGKey(3),
+        DATA,
+        checkpoint_path=tmp_path / "half.ckpt",
+        chunk_size=35,
+        store_dtype="bfloat16",
+        subsample_size=10,
+    )
     stored = load_samples(half.sample_dir)["theta"]
     assert stored.dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(stored, round_to_dtype(reference.get_samples(True)["theta"], "bfloat16"))
@@ -200,8 +239,9 @@ def test_nuts_stopped_mid_warmup_resumes_and_saved_warmup_continues_mcmc(tmp_pat
     mcmc = lambda: MCMC(NUTS(two_d), num_warmup=40, num_samples=30, progress_bar=False)  # noqa: E731
     path = tmp_path / "nuts.ckpt"
     chunked = mcmc()  # resumed with the same object: the compiled chunk loop is reused
-    part = run_chunked(chunked, jax.random.PRNGKey(1), checkpoint_path=path, chunk_size=15,
-                       callback=lambda p: p.step >= 15)
+    part = run_chunked(
+        chunked, jax.random.PRNGKey(1), checkpoint_path=path, chunk_size=15, callback=lambda p: p.step >= 15
+    )
     assert part.step == 15
     with pytest.raises(CheckpointError, match="middle of warmup"):  # MCMC.run cannot finish a warmup
         load_checkpoint(path, mcmc=mcmc())
@@ -245,8 +285,11 @@ def test_nuts_on_a_potential_fn_resumes_its_own_checkpoint(tmp_path):
 def small_state():
     from numpyro_mile.kernels._langevin import RunningMoments
 
-    return RunningMoments(count=jnp.asarray(3), mean={"a": jnp.arange(4.0), "b": None},
-                          m2=[jax.random.key(5), np.float32(2.5), (1, jnp.ones((2, 2), jnp.int8))])
+    return RunningMoments(
+        count=jnp.asarray(3),
+        mean={"a": jnp.arange(4.0), "b": None},
+        m2=[jax.random.key(5), np.float32(2.5), (1, jnp.ones((2, 2), jnp.int8))],
+    )
 
 
 def test_roundtrip_truncation_damage_version_and_crash_during_save(tmp_path, monkeypatch):
@@ -256,24 +299,25 @@ def test_roundtrip_truncation_damage_version_and_crash_during_save(tmp_path, mon
     assert_trees_equal(load_checkpoint(path).state, state)
     good = path.read_bytes()
 
-    path.write_bytes(good[: len(good) // 2])                   # truncated
+    path.write_bytes(good[: len(good) // 2])  # truncated
     with pytest.raises(CheckpointError, match="truncated or damaged"):
         load_checkpoint(path)
-    path.write_bytes(good[:-10])                               # only the end missing
+    path.write_bytes(good[:-10])  # only the end missing
     with pytest.raises(CheckpointError):
         load_checkpoint(path)
     damaged = bytearray(good)
     offset = good.find(np.arange(4.0, dtype=np.float32).tobytes())
-    damaged[offset + 1] ^= 0xFF                                 # a flipped bit in an array
+    damaged[offset + 1] ^= 0xFF  # a flipped bit in an array
     path.write_bytes(bytes(damaged))
     with pytest.raises(CheckpointError, match="damaged"):
         load_checkpoint(path)
 
-    path.write_bytes(good)                                      # another format version
+    path.write_bytes(good)  # another format version
     with zipfile.ZipFile(path) as z:
         members = {n: z.read(n) for n in z.namelist()}
     meta_npy = members["__meta__.npy"]
     import io
+
     meta = json.loads(np.load(io.BytesIO(meta_npy)).tobytes())
     meta["version"] = 99
     buf = io.BytesIO()
@@ -303,8 +347,10 @@ def test_roundtrip_truncation_damage_version_and_crash_during_save(tmp_path, mon
 def test_sample_store_layout_and_errors(tmp_path):
     spec = {"posterior": {"w": ((2,), "float32")}, "sample_stats": {"n": ((), "int32")}}
     store = SampleStore.create(tmp_path, spec, num_chains=3, num_draws=5, store_dtype="float16")
-    store.write({"posterior": {"w": np.full((3, 2, 2), 1 / 3, np.float32)},
-                 "sample_stats": {"n": np.ones((3, 2), np.int32)}}, start=0)
+    store.write(
+        {"posterior": {"w": np.full((3, 2, 2), 1 / 3, np.float32)}, "sample_stats": {"n": np.ones((3, 2), np.int32)}},
+        start=0,
+    )
     w = load_samples(tmp_path)["w"]
     assert w.shape == (3, 2, 2) and w.dtype == np.float16 and float(w[0, 0, 0]) == float(np.float16(1 / 3))
     assert load_samples(tmp_path, group="sample_stats")["n"].dtype == np.int32
@@ -328,21 +374,65 @@ def test_checkpoints_without_later_settings_match_their_reproducing_values():
     assert _differences({"kernel_settings": {"n_eff": 100.0}}, now) == []
     changed = {"kernel_settings": {"target_schedule": "linear", "potential_fn": None, "n_eff": 100.0}}
     assert _differences({"kernel_settings": {"n_eff": 100.0}}, changed) == [
-        "kernel_settings.target_schedule: checkpoint 'auto', now 'linear'"]
+        "kernel_settings.target_schedule: checkpoint 'auto', now 'linear'"
+    ]
 
 
 #: the kernel settings that checkpoints recorded before kernels listed them (``kernel.settings()``): every public
 #: attribute, and private attributes holding plain values or functions
 _OLD_SETTING_ATTRIBUTES = {
-    "MILE": ["L_factor", "ensemble_options", "ess_num_coords", "init_strategy", "initial_L", "initial_step_size",
-             "map_learning_rate", "map_steps", "max_stored_samples", "n_eff", "phase_split", "pretrain",
-             "shard_chains", "target_energy_variance", "target_schedule", "trust"],
-    "SGLD": ["_running_moments", "init_strategy", "preconditioner", "rmsprop_decay", "rmsprop_eps", "schedule",
-             "step_size", "temperature"],
-    "ICSGLD": ["bin_width", "csgld", "init_strategy", "min_energy", "multiplier_clip", "num_active_chains",
-               "num_bins", "sa_schedule", "step_size", "temperature", "zeta"],
-    "SMILE": ["L", "adapt_during_sampling", "ensemble_options", "init_strategy", "min_scale", "precondition",
-              "pretrain", "step_size", "tuner"],
+    "MILE": [
+        "L_factor",
+        "ensemble_options",
+        "ess_num_coords",
+        "init_strategy",
+        "initial_L",
+        "initial_step_size",
+        "map_learning_rate",
+        "map_steps",
+        "max_stored_samples",
+        "n_eff",
+        "phase_split",
+        "pretrain",
+        "shard_chains",
+        "target_energy_variance",
+        "target_schedule",
+        "trust",
+    ],
+    "SGLD": [
+        "_running_moments",
+        "init_strategy",
+        "preconditioner",
+        "rmsprop_decay",
+        "rmsprop_eps",
+        "schedule",
+        "step_size",
+        "temperature",
+    ],
+    "ICSGLD": [
+        "bin_width",
+        "csgld",
+        "init_strategy",
+        "min_energy",
+        "multiplier_clip",
+        "num_active_chains",
+        "num_bins",
+        "sa_schedule",
+        "step_size",
+        "temperature",
+        "zeta",
+    ],
+    "SMILE": [
+        "L",
+        "adapt_during_sampling",
+        "ensemble_options",
+        "init_strategy",
+        "min_scale",
+        "precondition",
+        "pretrain",
+        "step_size",
+        "tuner",
+    ],
 }
 
 
@@ -352,17 +442,26 @@ def test_checkpoints_written_before_kernel_settings_still_match():
     from numpyro_mile import ICSGLD, SMILE
     from numpyro_mile.runs.checkpoint import _describe, _differences, _kernel_settings
 
-    kernels = [MILE(mean_model), MILE(potential_fn=lambda z: 0.5 * (z["x"] ** 2).sum()), SGLD(mean_model, 1e-3),
-               ICSGLD(mean_model, 1e-3, zeta=1.0, num_bins=10, bin_width=1.0, min_energy=0.0), SMILE(mean_model)]
+    kernels = [
+        MILE(mean_model),
+        MILE(potential_fn=lambda z: 0.5 * (z["x"] ** 2).sum()),
+        SGLD(mean_model, 1e-3),
+        ICSGLD(mean_model, 1e-3, zeta=1.0, num_bins=10, bin_width=1.0, min_energy=0.0),
+        SMILE(mean_model),
+    ]
     for kernel in kernels:
-        names = _OLD_SETTING_ATTRIBUTES[kernel.kernel_name] + (["_potential_fn"] if kernel.kernel_name == "MILE"
-                                                               and kernel._potential_fn is not None else [])
+        names = _OLD_SETTING_ATTRIBUTES[kernel.kernel_name] + (
+            ["_potential_fn"] if kernel.kernel_name == "MILE" and kernel._potential_fn is not None else []
+        )
         old = {"kernel_settings": {name: _describe(getattr(kernel, name)) for name in names}}
         assert _differences(old, {"kernel_settings": _kernel_settings(kernel)}) == []
     changed = SMILE(mean_model, precondition=True)
-    old = {"kernel_settings": {name: _describe(getattr(kernels[-1], name)) for name in _OLD_SETTING_ATTRIBUTES["SMILE"]}}
+    old = {
+        "kernel_settings": {name: _describe(getattr(kernels[-1], name)) for name in _OLD_SETTING_ATTRIBUTES["SMILE"]}
+    }
     assert _differences(old, {"kernel_settings": _kernel_settings(changed)}) == [
-        "kernel_settings.precondition: checkpoint False, now True"]
+        "kernel_settings.precondition: checkpoint False, now True"
+    ]
 
 
 # ------------------------------------------------------------------------------- a second run on new data
@@ -390,8 +489,9 @@ def test_a_second_run_on_new_data_is_not_traced_again_and_samples_the_new_data(t
 
     traces = []
     make = chunked._make_transform_of
-    monkeypatch.setattr(chunked, "_make_transform_of",
-                        lambda *a: (lambda f: lambda *args: (traces.append(1), f(*args))[1])(make(*a)))
+    monkeypatch.setattr(
+        chunked, "_make_transform_of", lambda *a: (lambda f: lambda *args: (traces.append(1), f(*args))[1])(make(*a))
+    )
 
     def kernel():
         if name == "mile":
@@ -399,15 +499,22 @@ def test_a_second_run_on_new_data_is_not_traced_again_and_samples_the_new_data(t
         return SGLD(fitted_line, 1e-3) if name == "sgld" else NUTS(fitted_line)
 
     def mcmc(k, **options):
-        return MCMC(k, num_warmup=100, num_samples=20, num_chains=2, chain_method="vectorized" if name != "nuts"
-                    else "sequential", progress_bar=False, **options)
+        return MCMC(
+            k,
+            num_warmup=100,
+            num_samples=20,
+            num_chains=2,
+            chain_method="vectorized" if name != "nuts" else "sequential",
+            progress_bar=False,
+            **options,
+        )
 
     reused = kernel()
-    run_chunked(mcmc(reused), jax.random.PRNGKey(1), *_line_data(0), checkpoint_path=tmp_path / "a.ckpt",
-                chunk_size=30)
+    run_chunked(mcmc(reused), jax.random.PRNGKey(1), *_line_data(0), checkpoint_path=tmp_path / "a.ckpt", chunk_size=30)
     first = len(traces)  # the sample spec once, then one trace of the loop
-    run = run_chunked(mcmc(reused), jax.random.PRNGKey(2), *_line_data(1), checkpoint_path=tmp_path / "b.ckpt",
-                      chunk_size=30)
+    run = run_chunked(
+        mcmc(reused), jax.random.PRNGKey(2), *_line_data(1), checkpoint_path=tmp_path / "b.ckpt", chunk_size=30
+    )
     assert len(traces) - first == 1 < first  # only the sample spec: the loop is not traced again
     reference = mcmc(kernel(), jit_model_args=True)  # the data as arguments, as in run_chunked's loop
     reference.run(jax.random.PRNGKey(2), *_line_data(1))

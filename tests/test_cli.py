@@ -13,8 +13,14 @@ from numpyro_mile.cli import main
 def test_two_significant_digits():
     from numpyro_mile.cli import _two_digits
 
-    assert [_two_digits(x) for x in (0.0472, 0.5, 1.0, 1.234, 12.6, 345.6)] == ["0.047", "0.50", "1.0", "1.2", "13",
-                                                                             "346"]
+    assert [_two_digits(x) for x in (0.0472, 0.5, 1.0, 1.234, 12.6, 345.6)] == [
+        "0.047",
+        "0.50",
+        "1.0",
+        "1.2",
+        "13",
+        "346",
+    ]
 
 
 def test_verdict_says_holds_only_when_lppd_and_time_both_support_it():
@@ -50,9 +56,27 @@ def test_ensemble_verdict_says_when_the_ensemble_alone_wins():
 @pytest.mark.parametrize("data, score", [(None, "RMSE"), ("breast_cancer", "accuracy")])
 def test_demo_prints_table_time_ratio_and_verdict(capsys, data, score):
     """The default (UCI airfoil, regression, shipped with the package) and a classification data set."""
-    code = main(["demo", "--chains", "2", "--hidden", "4", "--mile-warmup", "100", "--mile-samples", "20",
-                 "--thinning", "2", "--bde-warmup", "5", "--bde-samples", "5", "--quiet"]
-                + ([] if data is None else ["--data", data]))
+    code = main(
+        [
+            "demo",
+            "--chains",
+            "2",
+            "--hidden",
+            "4",
+            "--mile-warmup",
+            "100",
+            "--mile-samples",
+            "20",
+            "--thinning",
+            "2",
+            "--bde-warmup",
+            "5",
+            "--bde-samples",
+            "5",
+            "--quiet",
+        ]
+        + ([] if data is None else ["--data", data])
+    )
     assert code == 0
     out = capsys.readouterr()
     rows = [line for line in out.out.splitlines() if line.startswith("| ") and not line.startswith("| method")]

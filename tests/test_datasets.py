@@ -29,9 +29,7 @@ from numpyro_mile.datasets import (
     toy_regression_grid,
 )
 
-SHARED_UCI = Path(
-    os.environ.get("NUMPYRO_MILE_DATA") or Path(__file__).parents[2] / "shared" / "data" / "uci"
-)
+SHARED_UCI = Path(os.environ.get("NUMPYRO_MILE_DATA") or Path(__file__).parents[2] / "shared" / "data" / "uci")
 needs_shared = pytest.mark.skipif(
     not (SHARED_UCI / "airfoil.data").is_file(), reason=f"no shared UCI data at {SHARED_UCI}"
 )
@@ -79,9 +77,7 @@ def serve(monkeypatch):
 
 
 def test_registry_entries():
-    assert set(UCI_DATASETS) == {
-        "airfoil", "concrete", "energy", "yacht", "bikesharing", "protein", "ionosphere"
-    }
+    assert set(UCI_DATASETS) == {"airfoil", "concrete", "energy", "yacht", "bikesharing", "protein", "ionosphere"}
     for name, info in UCI_DATASETS.items():
         assert len(info.sha256) == 64
         assert info.url.endswith(f"/{name}.data") and info.url.startswith("https://")

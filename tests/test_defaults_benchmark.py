@@ -21,17 +21,26 @@ def test_committed_page_is_rendered_from_the_committed_measurements(tmp_path):
 
 
 def result(kernel, devices, bar, small_wall, big_wall):
-    return {"kernel": kernel, "devices": devices, "bar": bar, "placed_on": 1,
-            "small": {"steps": 1200, "wall": small_wall, "cpu": small_wall},
-            "big": {"steps": 6000, "wall": big_wall, "cpu": big_wall}}
+    return {
+        "kernel": kernel,
+        "devices": devices,
+        "bar": bar,
+        "placed_on": 1,
+        "small": {"steps": 1200, "wall": small_wall, "cpu": small_wall},
+        "big": {"steps": 6000, "wall": big_wall, "cpu": big_wall},
+    }
 
 
 def test_targets_are_judged_on_both_the_per_step_and_the_wall_ratio(tmp_path):
     # per step (ms): off 1.0; on 1.05 (met); run_chunked: per step 1.0 but the big run's wall 1.2x (missed)
-    results = [result("SGLD", 1, "off", 2.0, 6.8), result("SGLD", 1, "on", 2.0, 7.04),
-               result("SGLD", 1, "run_chunked", 3.36, 8.16)]
-    saved = dict(big=5000, small=1000, kernels=["SGLD"], results=results, machine=["- CPU: test"],
-                 load_average=[0.0, 0.0])
+    results = [
+        result("SGLD", 1, "off", 2.0, 6.8),
+        result("SGLD", 1, "on", 2.0, 7.04),
+        result("SGLD", 1, "run_chunked", 3.36, 8.16),
+    ]
+    saved = dict(
+        big=5000, small=1000, kernels=["SGLD"], results=results, machine=["- CPU: test"], load_average=[0.0, 0.0]
+    )
     (tmp_path / "defaults.json").write_text(json.dumps(saved))
     out = tmp_path / "defaults.md"
     defaults.main(["--render-only", "--output", str(out)])

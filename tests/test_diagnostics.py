@@ -54,9 +54,7 @@ def test_chainwise_rhat_arviz_rank_matches_arviz_per_chain(chains3):
 def test_chainwise_rhat_arviz_rank_other_splits(chains3):
     result = d.chainwise_rhat(chains3[..., 0, 0], num_splits=3, method="arviz_rank")
     length = 203 // 3
-    expected = np.mean(
-        [az.rhat(chains3[c, : 3 * length, 0, 0].reshape(3, length), method="rank") for c in range(3)]
-    )
+    expected = np.mean([az.rhat(chains3[c, : 3 * length, 0, 0].reshape(3, length), method="rank") for c in range(3)])
     assert float(result) == pytest.approx(expected, rel=1e-10)
 
 
@@ -93,9 +91,7 @@ def test_chainwise_rhat_mile_matches_reference_loop(draws):
     assert result.shape == (5,)
     np.testing.assert_allclose(result, _crhat_reference_loop(x), rtol=0, atol=1e-6)
     np.testing.assert_allclose(d.chainwise_rhat(x, method="mile"), result, rtol=0, atol=0)
-    np.testing.assert_allclose(
-        d.chainwise_rhat(x, num_splits=3), _crhat_reference_loop(x, 3), rtol=0, atol=1e-6
-    )
+    np.testing.assert_allclose(d.chainwise_rhat(x, num_splits=3), _crhat_reference_loop(x, 3), rtol=0, atol=1e-6)
     assert np.all(result > 1.005)  # the test is sensitive: cR-hat - 1 is well above 1e-6
 
 
@@ -199,9 +195,7 @@ def test_summary_on_dict(chains3):
     assert [r["site"] for r in rows] == ["layer0.w", "layer0.b"]
     assert [r["size"] for r in rows] == [4, 3]
     for row, name in zip(rows, samples):
-        assert row["ess_per_chain"] == pytest.approx(
-            np.mean(d.ess(samples[name], per_chain=True))
-        )
+        assert row["ess_per_chain"] == pytest.approx(np.mean(d.ess(samples[name], per_chain=True)))
         assert row["crhat"] == pytest.approx(np.mean(d.chainwise_rhat(samples[name])))
         assert row["rhat"] == pytest.approx(np.mean(d.rhat(samples[name])))
     assert rows[0]["rhat"] > 1.5  # chains in different modes
@@ -209,9 +203,7 @@ def test_summary_on_dict(chains3):
 
     pooled = d.summary(samples, group=lambda s: s.rsplit(".", 1)[0])
     assert len(pooled) == 1 and pooled[0]["site"] == "layer0" and pooled[0]["size"] == 7
-    all_crhat = np.concatenate(
-        [d.chainwise_rhat(samples["layer0.w"]).ravel(), d.chainwise_rhat(samples["layer0.b"])]
-    )
+    all_crhat = np.concatenate([d.chainwise_rhat(samples["layer0.w"]).ravel(), d.chainwise_rhat(samples["layer0.b"])])
     assert pooled[0]["crhat"] == pytest.approx(all_crhat.mean())
 
     text = d.format_summary(rows)

@@ -9,7 +9,8 @@ Tolerances: the sharded program is the vectorized program partitioned by XLA, so
 can only come from float32 rounding (XLA may vectorise a block of 1 chain differently from a
 block of 6). SGLD and ICSGLD came out bit-identical here; MILE differs by up to ~3e-4 after 30
 steps because its step-size adaptation feeds rounding back into the dynamics (SMILE's tuner can do
-the same: it gets MILE's tolerance). The tolerances (1e-5 and 1e-3) are far below the distance between *different* chains (checked: > 20 x the tolerance), so a
+the same: it gets MILE's tolerance). The tolerances (1e-5 and 1e-3) are far below the distance between *different*
+chains (checked: > 20 x the tolerance), so a
 chain that received another chain's key, start or histogram would fail.
 """
 
@@ -36,7 +37,8 @@ COUNTS = (3, 4, 6)
 NUM_BINS = 22
 
 # a 3-parameter regression with a "data" plate: the kernels' code paths at the lowest compile cost
-MODEL = """
+MODEL = (
+    """
 import numpy as np, jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist
 def linreg(X, y=None, subsample_size=None):
     w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
@@ -58,9 +60,13 @@ def kernel(name, pretrain_epochs=None, shard_chains=None):
     return ICSGLD(linreg, 1e-3, zeta=1.0, num_bins=%d, bin_width=10.0, min_energy=0.0, sa_schedule=0.05)
 def model_kwargs(name):
     return {} if name == "mile" else dict(subsample_size=10)
-""" % NUM_BINS
+"""
+    % NUM_BINS
+)
 
-FOUR_DEVICES = MODEL + """
+FOUR_DEVICES = (
+    MODEL
+    + """
 import json, warnings
 from numpyro.infer import MCMC
 from numpyro_mile import deep_ensemble, run_distributed, sharded_deep_ensemble
@@ -211,14 +217,18 @@ out["ensemble"] = dict(diff=float(np.abs(np.asarray(de.init_params["w"]) - sde.i
                        shape=list(sde.init_params["w"].shape))
 print("RESULT " + json.dumps(out))
 """
+)
 
-TWO_PROCESSES = """
+TWO_PROCESSES = (
+    """
 import json, sys, warnings
 import jax
 pid, port = int(sys.argv[1]), sys.argv[2]
 jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
                            initialization_timeout=120)
-""" + MODEL + """
+"""
+    + MODEL
+    + """
 from numpyro.infer import MCMC
 from numpyro_mile import run_distributed
 warnings.simplefilter("ignore")
@@ -239,6 +249,7 @@ res["mile_draws"] = run_distributed(mcmc, keys, X, y).samples["w"].tolist()
 if pid == 0:
     print("RESULT " + json.dumps(res), flush=True)
 """
+)
 
 
 def _env(num_devices):
@@ -252,12 +263,13 @@ def _env(num_devices):
 def _result(stdout: str) -> dict:
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, "the subprocess printed no RESULT line"
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def _run_four_devices() -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", FOUR_DEVICES], capture_output=True, text=True, timeout=900,
-                          env=_env(4))
+    return subprocess.run(
+        [sys.executable, "-c", FOUR_DEVICES], capture_output=True, text=True, timeout=900, env=_env(4)
+    )
 
 
 def _free_port() -> int:
@@ -269,8 +281,16 @@ def _free_port() -> int:
 def _run_two_processes() -> list[tuple[int, str, str]]:
     """(exit status, stdout, stderr) of processes 1 and 0."""
     port = str(_free_port())
-    procs = [subprocess.Popen([sys.executable, "-c", TWO_PROCESSES, str(pid), port], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_env(2)) for pid in (1, 0)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", TWO_PROCESSES, str(pid), port],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(2),
+        )
+        for pid in (1, 0)
+    ]
     outs = []
     try:
         for proc in procs:
@@ -411,20 +431,25 @@ def test_collectives_parser():
         %ars = (f32[], f32[]) all-reduce-start(%a), channel_id=1
         %add = f32[20]{0} add(%all-reduce.3, %z)
     """)
-    assert collectives(hlo) == [("all-reduce", "f32[20]{0}", 20), ("all-gather", "f32[8,3]{1,0}", 24),
-                                ("all-reduce-start", "(f32[], f32[])", 1)]
+    assert collectives(hlo) == [
+        ("all-reduce", "f32[20]{0}", 20),
+        ("all-gather", "f32[8,3]{1,0}", 24),
+        ("all-reduce-start", "(f32[], f32[])", 1),
+    ]
 
 
 def test_run_distributed_errors_and_one_chain():
     ns = {}
     exec(MODEL, ns)  # noqa: S102  (the subprocesses' tiny model, data and kernels)
     X, y = ns["X"], ns["y"]
-    mcmc = MCMC(ns["kernel"]("sgld"), num_warmup=5, num_samples=5, num_chains=2, chain_method="sequential",
-                progress_bar=False)
+    mcmc = MCMC(
+        ns["kernel"]("sgld"), num_warmup=5, num_samples=5, num_chains=2, chain_method="sequential", progress_bar=False
+    )
     with pytest.raises(ValueError, match="chain_method='vectorized'"):
         run_distributed(mcmc, jax.random.PRNGKey(0), X, y)
-    mcmc = MCMC(ns["kernel"]("sgld"), num_warmup=5, num_samples=5, num_chains=2, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(
+        ns["kernel"]("sgld"), num_warmup=5, num_samples=5, num_chains=2, chain_method="vectorized", progress_bar=False
+    )
     with pytest.raises(ValueError, match="one per chain"):
         run_distributed(mcmc, jax.random.split(jax.random.PRNGKey(0), 3), X, y)
     # one chain on a one-device mesh: MCMC's unbatched single-chain path, same draws as mcmc.run
@@ -432,8 +457,9 @@ def test_run_distributed_errors_and_one_chain():
     for distributed in (False, True):
         mcmc = MCMC(ns["kernel"]("sgld"), num_warmup=5, num_samples=5, progress_bar=False)
         if distributed:
-            out = run_distributed(mcmc, jax.random.PRNGKey(0), X, y, mesh=chain_mesh(jax.devices()[:1]),
-                                  subsample_size=10)
+            out = run_distributed(
+                mcmc, jax.random.PRNGKey(0), X, y, mesh=chain_mesh(jax.devices()[:1]), subsample_size=10
+            )
             assert out.samples["w"].shape == (1, 5, 2) and isinstance(out.samples["w"], np.ndarray)
         else:
             mcmc.run(jax.random.PRNGKey(0), X, y, subsample_size=10)

@@ -26,16 +26,26 @@ from numpyro_mile import enable_compilation_cache, estimators, uncertainty
 from numpyro_mile.estimators import MILEClassifier, MILERegressor
 
 #: a budget that keeps each of scikit-learn's many small fits to about a second once compiled
-SMALL = dict(hidden=(8,), num_chains=2, num_warmup=200, num_samples=20, thinning=1, progress_bar=False,
-             ensemble_options=dict(max_epochs=50))
+SMALL = dict(
+    hidden=(8,),
+    num_chains=2,
+    num_warmup=200,
+    num_samples=20,
+    thinning=1,
+    progress_bar=False,
+    ensemble_options=dict(max_epochs=50),
+)
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _compilation_cache(tmp_path_factory):
     """scikit-learn's checks refit clones on the same shapes dozens of times: each NumPyro run traces its loop
     again, and JAX's persistent cache spares XLA's compilation (3 s a fit here); restored afterwards."""
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes")
+    names = (
+        "jax_compilation_cache_dir",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+    )
     before = {name: getattr(jax.config, name) for name in names}
     enable_compilation_cache(tmp_path_factory.getbasetemp().parent / "estimator-compilation-cache")
     yield
@@ -79,8 +89,9 @@ def test_custom_model_predictive_matches_the_conjugate_answer():
     rng = np.random.default_rng(3)
     X = rng.normal(loc=5.0, scale=2.0, size=(40, 2))
     y = 100.0 + 30.0 * X[:, 0] - 10.0 * X[:, 1] + 40.0 * rng.normal(size=40)
-    reg = MILERegressor(linear_gaussian, num_chains=4, num_warmup=2000, num_samples=2000, thinning=2,
-                        progress_bar=False, random_state=1).fit(X, y)
+    reg = MILERegressor(
+        linear_gaussian, num_chains=4, num_warmup=2000, num_samples=2000, thinning=2, progress_bar=False, random_state=1
+    ).fit(X, y)
     X_new = rng.normal(loc=5.0, scale=3.0, size=(5, 2))
 
     scaler = reg.scaler_
@@ -115,8 +126,9 @@ def test_predictions_come_back_in_the_datas_units():
     np.testing.assert_allclose(mean_s, a * mean, rtol=1e-5)
     np.testing.assert_allclose(std_s, a * std, rtol=1e-5)
     np.testing.assert_allclose(scaled.predict_quantiles(c * X[:10]), a * base.predict_quantiles(X[:10]), rtol=1e-5)
-    np.testing.assert_allclose(scaled.log_predictive_density(c * X, a * y),
-                               base.log_predictive_density(X, y) - np.log(a), rtol=1e-5)
+    np.testing.assert_allclose(
+        scaled.log_predictive_density(c * X, a * y), base.log_predictive_density(X, y) - np.log(a), rtol=1e-5
+    )
     lower, upper = base.predict_interval(X[:10], 0.5)
     np.testing.assert_allclose(np.stack([lower, upper]), base.predict_quantiles(X[:10], (0.25, 0.75)))
 
@@ -140,11 +152,19 @@ def test_predictions_chunk_by_chunk_of_rows_equal_one_chunk(monkeypatch):
     same numbers as one chunk of all rows."""
     X, y = _regression_data()
     reg = MILERegressor(**SMALL).fit(X, y)
-    whole = (*reg.predict(X, return_std=True), reg.predict_quantiles(X), reg.log_predictive_density(X, y),
-             reg.predict_draws(X)["mu"])
-    monkeypatch.setattr(estimators, "_CHUNK_FLOATS", 40 * 2 * 7)   # 40 draws x (mu, sigma): 7 rows a chunk, 18 chunks
-    chunked = (*reg.predict(X, return_std=True), reg.predict_quantiles(X), reg.log_predictive_density(X, y),
-               reg.predict_draws(X)["mu"])
+    whole = (
+        *reg.predict(X, return_std=True),
+        reg.predict_quantiles(X),
+        reg.log_predictive_density(X, y),
+        reg.predict_draws(X)["mu"],
+    )
+    monkeypatch.setattr(estimators, "_CHUNK_FLOATS", 40 * 2 * 7)  # 40 draws x (mu, sigma): 7 rows a chunk, 18 chunks
+    chunked = (
+        *reg.predict(X, return_std=True),
+        reg.predict_quantiles(X),
+        reg.log_predictive_density(X, y),
+        reg.predict_draws(X)["mu"],
+    )
     for a, b in zip(whole, chunked):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -170,15 +190,14 @@ def test_classifier_decodes_labels_and_splits_its_entropy(monkeypatch):
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-6)
     assert set(clf.predict(X)) <= set(labels.tolist()) and clf.score(X, y) > 0.8
     # the LPPD of labels is minus the log loss of the predictive probabilities, by definition
-    np.testing.assert_allclose(clf.log_predictive_density(X, y), -log_loss(y, proba, labels=clf.classes_),
-                               rtol=1e-4)
+    np.testing.assert_allclose(clf.log_predictive_density(X, y), -log_loss(y, proba, labels=clf.classes_), rtol=1e-4)
     u = clf.predict_uncertainty(X)
     np.testing.assert_allclose(u.proba, proba)
     np.testing.assert_allclose(u.entropy, u.aleatoric + u.epistemic, atol=1e-9)
     assert np.all(u.epistemic >= 0) and np.all(u.entropy <= np.log(3) + 1e-9)
     with pytest.raises(ValueError, match="not seen in fit"):
         clf.log_predictive_density(X[:2], np.array(["low", "unknown"]))
-    monkeypatch.setattr(estimators, "_CHUNK_FLOATS", 40 * 3 * 11)   # 11 rows a chunk, the last one padded
+    monkeypatch.setattr(estimators, "_CHUNK_FLOATS", 40 * 3 * 11)  # 11 rows a chunk, the last one padded
     np.testing.assert_allclose(clf.predict_proba(X), proba, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(clf.predict_uncertainty(X).epistemic, u.epistemic, rtol=1e-6, atol=1e-9)
 
@@ -212,8 +231,9 @@ def test_a_refit_on_new_rows_of_the_same_shapes_is_not_traced_again(monkeypatch)
     monkeypatch.setattr(estimators, "_IDLE_KERNELS", OrderedDict())
     traces = []
     make = chunked._make_transform_of
-    monkeypatch.setattr(chunked, "_make_transform_of",
-                        lambda *a: (lambda f: lambda *args: (traces.append(1), f(*args))[1])(make(*a)))
+    monkeypatch.setattr(
+        chunked, "_make_transform_of", lambda *a: (lambda f: lambda *args: (traces.append(1), f(*args))[1])(make(*a))
+    )
     (X, y), (X_new, y_new) = _regression_data(seed=0), _regression_data(seed=1)
     reg = MILERegressor(**SMALL).fit(X, y)
     first, before = len(traces), reg.samples_["w0"]  # the sample spec, then the loop's trace
@@ -273,7 +293,9 @@ def test_bad_settings_and_models_get_clear_errors():
         w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
         with numpyro.plate("data", X.shape[0]):
             X_rows = numpyro.subsample(X, event_dim=1)
-            numpyro.sample("y", dist.Normal(X_rows @ w, 1.0), obs=None if y is None else numpyro.subsample(y, event_dim=0))
+            numpyro.sample(
+                "y", dist.Normal(X_rows @ w, 1.0), obs=None if y is None else numpyro.subsample(y, event_dim=0)
+            )
 
     reg = MILERegressor(no_outputs, **{k: v for k, v in SMALL.items() if k != "hidden"}).fit(X, y)
     with pytest.raises(ValueError, match="record the deterministic site"):
@@ -288,8 +310,7 @@ def test_uncertainty_functions_on_known_mixtures():
     np.testing.assert_allclose(parts.std**2, [(0.25 + 1.0) / 2 + 2.25, 1.0])
     q = uncertainty.mixture_quantiles(mu, sigma, (0.025, 0.5, 0.975))
     np.testing.assert_allclose(q[:, 1], [-1.959964, 0.0, 1.959964], atol=1e-6)
-    np.testing.assert_allclose(ndtr((q[:, :1] - mu[:, 0]) / sigma[:, 0]).mean(axis=1), [0.025, 0.5, 0.975],
-                               atol=1e-12)
+    np.testing.assert_allclose(ndtr((q[:, :1] - mu[:, 0]) / sigma[:, 0]).mean(axis=1), [0.025, 0.5, 0.975], atol=1e-12)
     with pytest.raises(ValueError, match="strictly between 0 and 1"):
         uncertainty.mixture_quantiles(mu, sigma, 1.0)
     # a few draws with a huge noise scale move the mixture's 90 % interval only by their weight (2 % here)
@@ -298,8 +319,9 @@ def test_uncertainty_functions_on_known_mixtures():
     lower, upper = uncertainty.mixture_quantiles(mu_tail, sigma_tail, (0.05, 0.95))
     assert -1.9 < lower[0] < -1.6 and 1.6 < upper[0] < 1.9, (lower, upper)
     certain = uncertainty.classification(np.array([[[0.5, 0.5]], [[0.5, 0.5]]]))
-    np.testing.assert_allclose([certain.entropy[0], certain.aleatoric[0], certain.epistemic[0]],
-                               [np.log(2), np.log(2), 0.0], atol=1e-12)
+    np.testing.assert_allclose(
+        [certain.entropy[0], certain.aleatoric[0], certain.epistemic[0]], [np.log(2), np.log(2), 0.0], atol=1e-12
+    )
 
 
 @pytest.mark.slow
@@ -337,8 +359,14 @@ def test_custom_models_written_the_usual_ways():
             numpyro.sample("y", dist.Normal(mu, noise), obs=y)
 
     with pytest.warns(UserWarning, match="pretrain"):
-        reg = MILERegressor(regression, num_chains=2, num_warmup=600, num_samples=200, progress_bar=False,
-                            ensemble_options=dict(max_epochs=100)).fit(X, y)
+        reg = MILERegressor(
+            regression,
+            num_chains=2,
+            num_warmup=600,
+            num_samples=200,
+            progress_bar=False,
+            ensemble_options=dict(max_epochs=100),
+        ).fit(X, y)
     assert np.all(reg.samples_["noise"] > 0)
     # the noise scale in y's units: the standardised posterior scale times y's sd; truth 0.5
     noise = reg.samples_["noise"].mean() * reg.scaler_.y_std

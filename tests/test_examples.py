@@ -36,8 +36,14 @@ def _run(script: Path):
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"smoke-{script.stem}-") as workdir:
         try:
-            proc = subprocess.run([sys.executable, str(script), "--smoke"], cwd=workdir, env=_env(),
-                                  capture_output=True, text=True, timeout=TIMEOUT_S)
+            proc = subprocess.run(
+                [sys.executable, str(script), "--smoke"],
+                cwd=workdir,
+                env=_env(),
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+            )
         except subprocess.TimeoutExpired as err:
             return None, f"timed out after {err.timeout} s", time.perf_counter() - start
     return proc, "", time.perf_counter() - start
@@ -52,6 +58,7 @@ def test_examples_are_found():
 def test_example_runs_in_smoke_mode(script):
     proc, error, seconds = _run(script)
     assert proc is not None, f"{script.name} --smoke {error}"
-    assert proc.returncode == 0, (f"{script.name} --smoke failed after {seconds:.0f} s:\n"
-                                  f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    assert proc.returncode == 0, (
+        f"{script.name} --smoke failed after {seconds:.0f} s:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     assert proc.stdout.strip(), f"{script.name} --smoke printed nothing"

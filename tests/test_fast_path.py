@@ -49,10 +49,10 @@ def compiles():
 
 
 def mile_run(X, y, key=0, **mcmc_kw):
-    kernel = MILE(mlp_regression, phase_split=(0.4, 0.1, 0.5),
-                  ensemble_options=dict(max_epochs=5, progress_bar=False))
-    mcmc = MCMC(kernel, num_warmup=40, num_samples=20, num_chains=2, chain_method="vectorized", progress_bar=False,
-                **mcmc_kw)
+    kernel = MILE(mlp_regression, phase_split=(0.4, 0.1, 0.5), ensemble_options=dict(max_epochs=5, progress_bar=False))
+    mcmc = MCMC(
+        kernel, num_warmup=40, num_samples=20, num_chains=2, chain_method="vectorized", progress_bar=False, **mcmc_kw
+    )
     mcmc.run(jax.random.PRNGKey(key), X, y, hidden=(5,))
     return mcmc
 
@@ -137,9 +137,14 @@ print(events["hits"], events["misses"])
 @pytest.mark.slow
 def test_persistent_cache_serves_a_second_process(tmp_path):
     """A new process with other data values and key compiles nothing: every program comes from the cache."""
+
     def run(seed):
-        out = subprocess.run([sys.executable, "-c", textwrap.dedent(SECOND_PROCESS), str(tmp_path), str(seed)],
-                             capture_output=True, text=True, timeout=600)
+        out = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(SECOND_PROCESS), str(tmp_path), str(seed)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         hits, misses = map(int, out.stdout.split()[-2:])
         return hits, misses
@@ -161,8 +166,14 @@ def minibatch_kernel(name):
 
 
 def minibatch_run(name, X, y, key=0):
-    mcmc = MCMC(minibatch_kernel(name), num_warmup=40, num_samples=20, num_chains=2, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(
+        minibatch_kernel(name),
+        num_warmup=40,
+        num_samples=20,
+        num_chains=2,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(key), X, y, hidden=(5,), subsample_size=16)
     return mcmc
 

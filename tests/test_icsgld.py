@@ -20,16 +20,16 @@ from numpyro_mile.kernels.icsgld import importance_weights
 def test_zeta_zero_is_sgld_bit_for_bit():
     sgld_run = minibatch_run()  # SGLD(gaussian_mean, EPS), 4 chains, key 0 (cached from test_sgld)
     kernel = ICSGLD(gaussian_mean, EPS, zeta=0.0, num_bins=50, bin_width=20.0, min_energy=0.0)
-    mcmc = MCMC(kernel, num_warmup=500, num_samples=20_000, num_chains=4, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(kernel, num_warmup=500, num_samples=20_000, num_chains=4, chain_method="vectorized", progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), DATA, subsample_size=BATCH, extra_fields=("potential_energy",))
     sgld, icsgld = sgld_run.get_samples(group_by_chain=True), mcmc.get_samples(group_by_chain=True)
     assert icsgld["theta"].shape == (4, 20_000) and icsgld["resid"].shape == (4, 20_000, len(DATA))  # (P, draws, ...)
     assert set(sgld) == set(icsgld) == {"theta", "theta_sq", "resid"}
     for site in sgld:
         np.testing.assert_array_equal(sgld[site], icsgld[site])
-    np.testing.assert_array_equal(sgld_run.get_extra_fields()["potential_energy"],
-                                  mcmc.get_extra_fields()["potential_energy"])
+    np.testing.assert_array_equal(
+        sgld_run.get_extra_fields()["potential_energy"], mcmc.get_extra_fields()["potential_energy"]
+    )
     state = mcmc.last_state
     assert state.theta.shape == (50,) and state.rng_key.shape[0] == 4
     np.testing.assert_allclose(float(jnp.sum(state.theta)), 1.0, rtol=1e-5)
@@ -63,8 +63,7 @@ def test_density_of_states_converges_to_the_bin_masses():
     true = np.exp(-edges[:-1]) - np.exp(-edges[1:])  # regular bins 1 .. m-2
     true /= true.sum()
     kernel = ICSGLD(gaussian_2d, 0.01, zeta=zeta, num_bins=m, bin_width=du, min_energy=u_min)
-    mcmc = MCMC(kernel, num_warmup=0, num_samples=22_000, num_chains=8, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(kernel, num_warmup=0, num_samples=22_000, num_chains=8, chain_method="vectorized", progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0))
     with pytest.warns(RuntimeWarning, match="overflow bin"):  # the flattened chains reach high energies
         dos = kernel.density_of_states(mcmc.last_state)
@@ -77,16 +76,16 @@ def test_density_of_states_converges_to_the_bin_masses():
     np.testing.assert_allclose(history[-1], mcmc.last_state.theta, rtol=2e-3)
 
     def regular_dos(theta):  # theta^zeta over the regular bins (the overflow bin holds a weight-0 remainder)
-        log_dos = zeta * np.log(theta[1:m - 1])
+        log_dos = zeta * np.log(theta[1 : m - 1])
         return np.exp(log_dos - log_dos.max()) / np.exp(log_dos - log_dos.max()).sum()
 
-    np.testing.assert_allclose(dos[1:m - 1] / dos[1:m - 1].sum(), regular_dos(history[-1]), rtol=1e-2)
+    np.testing.assert_allclose(dos[1 : m - 1] / dos[1 : m - 1].sum(), regular_dos(history[-1]), rtol=1e-2)
 
     def errors(regular):
         return np.abs(np.cumsum(regular) - np.cumsum(true)).max(), np.abs(regular - true).sum()
 
     ks_short, l1_short = errors(regular_dos(history[1999]))
-    ks_long, l1_long = errors(dos[1:m - 1] / dos[1:m - 1].sum())
+    ks_long, l1_long = errors(dos[1 : m - 1] / dos[1 : m - 1].sum())
     assert ks_long < 0.06 and l1_long < 0.15, (ks_long, l1_long)
     assert ks_long < ks_short / 2 and l1_long < l1_short / 2, (ks_short, ks_long, l1_short, l1_long)
     low, high = kernel.energy_range(mcmc.last_state)
@@ -107,10 +106,18 @@ def test_importance_weighted_mode_weights_beat_sgld_on_a_mixture():
     num_chains = 8
     init = {"x": jnp.where((jnp.arange(num_chains) < num_chains // 2)[:, None], LOCS[0], LOCS[1])}
     estimates = {}
-    for name, kernel in [("sgld", SGLD(mixture_2d, 0.02)),
-                         ("icsgld", ICSGLD(mixture_2d, 0.02, zeta=1.0, num_bins=40, bin_width=0.5, min_energy=2.0))]:
-        mcmc = MCMC(kernel, num_warmup=3000, num_samples=30_000, num_chains=num_chains, chain_method="vectorized",
-                    progress_bar=False)
+    for name, kernel in [
+        ("sgld", SGLD(mixture_2d, 0.02)),
+        ("icsgld", ICSGLD(mixture_2d, 0.02, zeta=1.0, num_bins=40, bin_width=0.5, min_energy=2.0)),
+    ]:
+        mcmc = MCMC(
+            kernel,
+            num_warmup=3000,
+            num_samples=30_000,
+            num_chains=num_chains,
+            chain_method="vectorized",
+            progress_bar=False,
+        )
         mcmc.run(jax.random.PRNGKey(0), init_params=init)
         left = np.asarray(mcmc.get_samples()["x"][:, 0]) < 0
         if name == "sgld":
@@ -132,12 +139,24 @@ def test_importance_weighted_mode_weights_beat_sgld_on_a_mixture():
 # ---------------------------------------------------------------------------------------------- BNN
 def test_bnn_on_yacht_beats_its_prior_and_converts_to_arviz():
     (X_train, y_train), (X_test, y_test) = yacht_split()
-    kernel = ICSGLD(mlp_regression, 1e-4, zeta=1.0, num_bins=100, bin_width=50.0, min_energy=-1000.0,
-                    init_strategy=init_to_uniform(radius=0.1))
-    mcmc = MCMC(kernel, num_warmup=1500, num_samples=500, num_chains=4, chain_method="vectorized",
-                progress_bar=False)
-    mcmc.run(jax.random.PRNGKey(0), X_train, y_train, hidden=HIDDEN, subsample_size=32,
-             extra_fields=("potential_energy", "multiplier"))
+    kernel = ICSGLD(
+        mlp_regression,
+        1e-4,
+        zeta=1.0,
+        num_bins=100,
+        bin_width=50.0,
+        min_energy=-1000.0,
+        init_strategy=init_to_uniform(radius=0.1),
+    )
+    mcmc = MCMC(kernel, num_warmup=1500, num_samples=500, num_chains=4, chain_method="vectorized", progress_bar=False)
+    mcmc.run(
+        jax.random.PRNGKey(0),
+        X_train,
+        y_train,
+        hidden=HIDDEN,
+        subsample_size=32,
+        extra_fields=("potential_energy", "multiplier"),
+    )
     idata = to_inference_data(mcmc, test=(X_test, y_test), prediction_sites=())
     assert idata.log_likelihood["y"].shape == (4, 500, len(y_test))
     assert {"bin", "log_weight", "multiplier", "lp"} <= set(idata.sample_stats)
@@ -154,8 +173,9 @@ def test_errors():
     with pytest.raises(ValueError, match="ensemble kernel"):
         MCMC(kernel, num_warmup=5, num_samples=5, num_chains=1, progress_bar=False).run(jax.random.PRNGKey(0))
     with pytest.raises(ValueError, match="vectorized"):
-        MCMC(kernel, num_warmup=5, num_samples=5, num_chains=2, chain_method="sequential",
-             progress_bar=False).run(jax.random.PRNGKey(0))
+        MCMC(kernel, num_warmup=5, num_samples=5, num_chains=2, chain_method="sequential", progress_bar=False).run(
+            jax.random.PRNGKey(0)
+        )
 
     def discrete():
         numpyro.sample("k", dist.Bernoulli(0.5))
@@ -163,9 +183,15 @@ def test_errors():
 
     with pytest.raises(ValueError, match="discrete latent"):
         ICSGLD(discrete, 0.01, zeta=1.0, num_bins=10, bin_width=1.0, min_energy=0.0).init(
-            jax.random.split(jax.random.PRNGKey(0), 2), 10)
-    for bad in [dict(zeta=-1.0), dict(num_bins=2), dict(bin_width=0.0), dict(sa_schedule=2.0),
-                dict(multiplier_clip=(1.0, -1.0))]:
+            jax.random.split(jax.random.PRNGKey(0), 2), 10
+        )
+    for bad in [
+        dict(zeta=-1.0),
+        dict(num_bins=2),
+        dict(bin_width=0.0),
+        dict(sa_schedule=2.0),
+        dict(multiplier_clip=(1.0, -1.0)),
+    ]:
         options = dict(zeta=1.0, num_bins=10, bin_width=1.0, min_energy=0.0) | bad
         with pytest.raises(ValueError):
             ICSGLD(gaussian_2d, 0.01, **options)

@@ -38,10 +38,12 @@ def data():
 def mile_run(data):
     (X, y), _ = data
     kernel = MILE(mlp_regression, ensemble_options=dict(max_epochs=5, progress_bar=False))
-    mcmc = MCMC(kernel, num_warmup=100, num_samples=DRAWS, num_chains=CHAINS, chain_method="vectorized",
-                progress_bar=False)
-    mcmc.run(jax.random.PRNGKey(0), X, y, hidden=HIDDEN,
-             extra_fields=("potential_energy", "step_size", "L", "energy_change"))
+    mcmc = MCMC(
+        kernel, num_warmup=100, num_samples=DRAWS, num_chains=CHAINS, chain_method="vectorized", progress_bar=False
+    )
+    mcmc.run(
+        jax.random.PRNGKey(0), X, y, hidden=HIDDEN, extra_fields=("potential_energy", "step_size", "L", "energy_change")
+    )
     return mcmc
 
 
@@ -54,8 +56,14 @@ def mile_idata(mile_run, data):
 @pytest.fixture(scope="module")
 def nuts_run(data):
     (X, y), _ = data
-    mcmc = MCMC(NUTS(mlp_regression, max_tree_depth=4), num_warmup=30, num_samples=DRAWS, num_chains=CHAINS,
-                chain_method="vectorized", progress_bar=False)
+    mcmc = MCMC(
+        NUTS(mlp_regression, max_tree_depth=4),
+        num_warmup=30,
+        num_samples=DRAWS,
+        num_chains=CHAINS,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(1), X, y, hidden=HIDDEN, extra_fields=("potential_energy", "accept_prob", "num_steps"))
     return mcmc
 
@@ -82,8 +90,9 @@ def test_mile_groups_and_shapes(mile_run, mile_idata, data):
     assert idata.log_likelihood.attrs["data"] == idata.predictions.attrs["data"] == "test"
     assert {"mu", "sigma", "y"} <= set(idata.predictions.data_vars)
     assert idata.predictions["mu"].shape == (CHAINS, DRAWS, N_TEST)
-    np.testing.assert_allclose(idata.log_likelihood["y"].values, _direct_test_log_lik(mile_run, test),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        idata.log_likelihood["y"].values, _direct_test_log_lik(mile_run, test), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_arviz_functions_run(mile_idata):
@@ -100,10 +109,12 @@ def test_subsample_plate_path(mile_run, mile_idata, data):
     (_, y), test = data
     idata = to_inference_data(mile_run, test=test, batch_size=16, model_kwargs={"subsample_size": 10})
     assert idata.log_likelihood["y"].shape == (CHAINS, DRAWS, N_TEST)
-    np.testing.assert_allclose(idata.log_likelihood["y"].values, mile_idata.log_likelihood["y"].values,
-                               rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(idata.predictions["mu"].values, mile_idata.predictions["mu"].values,
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        idata.log_likelihood["y"].values, mile_idata.log_likelihood["y"].values, rtol=1e-6, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        idata.predictions["mu"].values, mile_idata.predictions["mu"].values, rtol=1e-6, atol=1e-6
+    )
     np.testing.assert_array_equal(idata.observed_data["y"].values, y)  # all rows, not 10
 
 
@@ -115,8 +126,9 @@ def test_nuts_run(nuts_run, data):
     assert {"lp", "diverging", "acceptance_rate", "n_steps", "tree_depth"} <= set(stats.data_vars)
     assert stats["diverging"].shape == (CHAINS, DRAWS)
     assert list(idata.predictions.data_vars) == ["mu"]
-    np.testing.assert_allclose(idata.log_likelihood["y"].values, _direct_test_log_lik(nuts_run, test),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        idata.log_likelihood["y"].values, _direct_test_log_lik(nuts_run, test), rtol=1e-5, atol=1e-5
+    )
     assert az.summary(idata, var_names=["b0"]).shape[0] == 4
 
 
@@ -143,8 +155,7 @@ def test_errors(nuts_run, data):
 def icsgld_run(data):
     (X, y), _ = data
     kernel = ICSGLD(mlp_regression, 1e-4, zeta=1.0, num_bins=62, bin_width=20.0, min_energy=0.0)
-    mcmc = MCMC(kernel, num_warmup=200, num_samples=DRAWS, num_chains=3, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(kernel, num_warmup=200, num_samples=DRAWS, num_chains=3, chain_method="vectorized", progress_bar=False)
     mcmc.run(jax.random.PRNGKey(2), X, y, hidden=HIDDEN, subsample_size=20, extra_fields=("potential_energy",))
     return mcmc
 
@@ -163,7 +174,10 @@ def test_icsgld_carries_importance_weights(icsgld_run, data):
     assert np.ptp(weight.values) > 0  # zeta > 0: not all equal, so the comparisons below mean something
     np.testing.assert_array_equal(weight.values, importance_weights(icsgld_run, group_by_chain=True))
     np.testing.assert_array_equal(weight.values.reshape(-1), importance_weights(icsgld_run))  # get_samples order
-    assert "summing to 1 over all chains and draws" in stats.attrs["importance_weight"] and "flattened" in stats.attrs["importance_weight"]
+    assert (
+        "summing to 1 over all chains and draws" in stats.attrs["importance_weight"]
+        and "flattened" in stats.attrs["importance_weight"]
+    )
     assert weight.attrs["note"] == ICSGLD.weights_note
     # weighted posterior expectations in xarray agree with importance_weights over get_samples()
     mean = (weight * idata.posterior["b1"]).sum(("chain", "draw")).values
@@ -202,8 +216,14 @@ def test_icsgld_all_weights_zero_warns(icsgld_run, monkeypatch):
 
 def test_sgld_has_no_importance_weights(data):
     (X, y), _ = data
-    mcmc = MCMC(SGLD(mlp_regression, 1e-4), num_warmup=50, num_samples=DRAWS, num_chains=CHAINS,
-                chain_method="vectorized", progress_bar=False)
+    mcmc = MCMC(
+        SGLD(mlp_regression, 1e-4),
+        num_warmup=50,
+        num_samples=DRAWS,
+        num_chains=CHAINS,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(3), X, y, hidden=HIDDEN, subsample_size=20, extra_fields=("potential_energy",))
     with warnings.catch_warnings():
         warnings.simplefilter("error")

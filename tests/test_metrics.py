@@ -23,9 +23,7 @@ def test_gaussian_log_likelihood_matches_formula():
     assert out.shape == (3, 5)
     for s in range(3):
         for n in range(5):
-            expected = -0.5 * math.log(2 * math.pi * sigma[s, n] ** 2) - (y[n] - mu[s, n]) ** 2 / (
-                2 * sigma[s, n] ** 2
-            )
+            expected = -0.5 * math.log(2 * math.pi * sigma[s, n] ** 2) - (y[n] - mu[s, n]) ** 2 / (2 * sigma[s, n] ** 2)
             assert out[s, n] == pytest.approx(expected, rel=1e-12)
     # scalar sigma broadcasts
     assert m.gaussian_log_likelihood(y, mu, 1.0).shape == (3, 5)
@@ -59,9 +57,7 @@ def test_lppd_weighted_matches_direct_loop():
     ll = rng.normal(-1.0, 0.7, size=(20, 6))
     raw = rng.uniform(size=20)
     w = raw / raw.sum()
-    expected = [
-        math.log(sum(w[s] * math.exp(ll[s, n]) for s in range(20))) for n in range(6)
-    ]
+    expected = [math.log(sum(w[s] * math.exp(ll[s, n]) for s in range(20))) for n in range(6)]
     assert m.lppd(ll, weights=w) == pytest.approx(np.mean(expected), rel=1e-12)
     # unnormalised weights are normalised
     assert m.lppd(ll, weights=3.0 * raw) == pytest.approx(np.mean(expected), rel=1e-12)
@@ -96,9 +92,7 @@ def test_rmse():
     assert m.rmse(y, mu) == pytest.approx(math.sqrt((1.0 + 0.0 + 0.0) / 3))
     assert m.rmse(y, np.array([2.0, 2.0, 3.0])) == pytest.approx(math.sqrt(1.0 / 3))
     # weights (0.25, 0.75): mean = [2.5, 2, 2] -> errors [-1.5, 0, 1]
-    assert m.rmse(y, mu, weights=np.array([1.0, 3.0])) == pytest.approx(
-        math.sqrt((2.25 + 0.0 + 1.0) / 3)
-    )
+    assert m.rmse(y, mu, weights=np.array([1.0, 3.0])) == pytest.approx(math.sqrt((2.25 + 0.0 + 1.0) / 3))
 
 
 def test_rmse_errors():

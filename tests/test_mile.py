@@ -20,10 +20,25 @@ from _stats import check_moments
 Z = 5.0  # tolerance in Monte Carlo standard errors (many coordinates are checked at once)
 
 
-def run(model, *args, num_warmup, num_samples, num_chains=4, seed=0, extra_fields=(), chain_method="vectorized",
-        **kernel_kwargs):
-    mcmc = MCMC(MILE(model, **kernel_kwargs), num_warmup=num_warmup, num_samples=num_samples,
-                num_chains=num_chains, chain_method=chain_method, progress_bar=False)
+def run(
+    model,
+    *args,
+    num_warmup,
+    num_samples,
+    num_chains=4,
+    seed=0,
+    extra_fields=(),
+    chain_method="vectorized",
+    **kernel_kwargs,
+):
+    mcmc = MCMC(
+        MILE(model, **kernel_kwargs),
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        chain_method=chain_method,
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(seed), *args, extra_fields=extra_fields)
     return mcmc
 
@@ -37,8 +52,13 @@ def gaussian_100d():
 
 def test_100d_gaussian_moments_and_energy_variance():
     target = 1e-5
-    mcmc = run(gaussian_100d, num_warmup=4000, num_samples=8000, target_energy_variance=(target, target),
-               extra_fields=("energy_change",))
+    mcmc = run(
+        gaussian_100d,
+        num_warmup=4000,
+        num_samples=8000,
+        target_energy_variance=(target, target),
+        extra_fields=("energy_change",),
+    )
     check_moments(mcmc.get_samples(group_by_chain=True)["x"], 0.0, SCALES**2)
     energy_variance = np.mean(np.asarray(mcmc.get_extra_fields()["energy_change"]) ** 2) / SCALES.size
     assert target / 2 < energy_variance < 2 * target
@@ -122,10 +142,12 @@ def test_same_key_same_samples_and_chain_methods_agree(toy_ensemble):
     # a short run: float32 rounding differences between vmapped and per-chain code grow chaotically
     kw = dict(num_warmup=20, num_samples=50, num_chains=2)
     out = {}
-    vectorized = MCMC(MILE(mlp_regression, phase_split=(0.4, 0.1, 0.5)), chain_method="vectorized",
-                      progress_bar=False, **kw)
-    sequential = MCMC(MILE(mlp_regression, phase_split=(0.4, 0.1, 0.5)), chain_method="sequential",
-                      progress_bar=False, **kw)
+    vectorized = MCMC(
+        MILE(mlp_regression, phase_split=(0.4, 0.1, 0.5)), chain_method="vectorized", progress_bar=False, **kw
+    )
+    sequential = MCMC(
+        MILE(mlp_regression, phase_split=(0.4, 0.1, 0.5)), chain_method="sequential", progress_bar=False, **kw
+    )
     for name, mcmc in [("v1", vectorized), ("v2", vectorized), ("seq", sequential)]:
         mcmc.run(jax.random.PRNGKey(0), X, y, hidden=(4,), init_params=de.init_params)
         out[name] = np.asarray(mcmc.get_samples(group_by_chain=True)["w0"])
@@ -167,8 +189,9 @@ def test_nan_during_sampling_is_rejected_counted_and_warned():
 
 def test_tuned_parameters_are_exposed(toy_ensemble):
     X, y, de = toy_ensemble
-    mcmc = MCMC(MILE(mlp_regression), num_warmup=100, num_samples=5, num_chains=2, progress_bar=False,
-                chain_method="vectorized")
+    mcmc = MCMC(
+        MILE(mlp_regression), num_warmup=100, num_samples=5, num_chains=2, progress_bar=False, chain_method="vectorized"
+    )
     mcmc.run(jax.random.PRNGKey(0), X, y, hidden=(4,), init_params=de.init_params, extra_fields=("step_size", "L"))
     state = mcmc.last_state
     assert state.step_size.shape == (2,) and state.L.shape == (2,)
@@ -190,7 +213,8 @@ def test_error_subsample_plate():
     X, y = toy_regression(40)
     with pytest.raises(ValueError, match="full-batch kernel.*SGLD"):
         MCMC(MILE(mlp_regression), num_warmup=100, num_samples=1, progress_bar=False).run(
-            jax.random.PRNGKey(0), X, y, subsample_size=8)
+            jax.random.PRNGKey(0), X, y, subsample_size=8
+        )
 
 
 def test_error_num_warmup_too_small():
@@ -200,8 +224,9 @@ def test_error_num_warmup_too_small():
 
 def test_error_init_params(toy_ensemble):
     X, y, de = toy_ensemble
-    mcmc = MCMC(MILE(mlp_regression), num_warmup=100, num_samples=1, num_chains=2, progress_bar=False,
-                chain_method="vectorized")
+    mcmc = MCMC(
+        MILE(mlp_regression), num_warmup=100, num_samples=1, num_chains=2, progress_bar=False, chain_method="vectorized"
+    )
     bad = dict(de.init_params)
     bad.pop("b1")
     with pytest.raises(ValueError, match="one unconstrained array per latent site"):
@@ -245,8 +270,9 @@ def test_parallel_chains_with_pretraining_agree_with_vectorized():
 
 def test_estimate_cost_reports_gradient_count_and_positive_time():
     X, y = toy_regression(40)
-    cost = MILE(mlp_regression).estimate_cost(jax.random.PRNGKey(0), X, y, num_warmup=1000, num_samples=500,
-                                              num_chains=3, repeats=3, hidden=(4,))
+    cost = MILE(mlp_regression).estimate_cost(
+        jax.random.PRNGKey(0), X, y, num_warmup=1000, num_samples=500, num_chains=3, repeats=3, hidden=(4,)
+    )
     assert cost.num_grad_evals == 3 * (2 * 1500 + 1)
     assert cost.seconds_per_step > 0
     assert cost.predicted_seconds == pytest.approx(cost.seconds_per_step * 1500)
@@ -267,8 +293,7 @@ def test_default_path_samples_a_conjugate_regression(target_energy_variance, var
     X, y, mean, cov = conjugate_regression("gaussian")
     options = {} if target_energy_variance is None else dict(target_energy_variance=target_energy_variance)
     kernel = MILE(conjugate_linear_regression, ensemble_options=dict(progress_bar=False), **options)
-    mcmc = MCMC(kernel, num_warmup=2000, num_samples=5000, num_chains=8, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(kernel, num_warmup=2000, num_samples=5000, num_chains=8, chain_method="vectorized", progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), X, y)
     assert len(kernel.ensembles) == 1  # the default path pretrained
     ratios = check_posterior(mcmc.get_samples(group_by_chain=True)["w"], mean, cov, variance_bias=variance_bias, z=Z)

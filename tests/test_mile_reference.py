@@ -52,21 +52,27 @@ def replay(g: dict, schedule: tuning.Schedule):
     positions = jnp.concatenate([jnp.zeros((n1 - 1, dim)), jnp.asarray(accepted[: n2 + 1])])
 
     initial_L = max(np.sqrt(dim), 15.0)
-    state = MILEState(i=jnp.asarray(0, jnp.int32), dynamics=Dynamics(jnp.zeros(dim)),
-                      step_size=jnp.float32(g["step_sizes"][0]), L=jnp.float32(initial_L),
-                      adapt=tuning.init(dim, g["step_sizes"][0]), energy_change=jnp.float32(0),
-                      num_nans=jnp.asarray(0, jnp.int32), rng_key=jax.random.PRNGKey(0),
-                      diverging=jnp.asarray(False), ess_fallback=jnp.asarray(False))
+    state = MILEState(
+        i=jnp.asarray(0, jnp.int32),
+        dynamics=Dynamics(jnp.zeros(dim)),
+        step_size=jnp.float32(g["step_sizes"][0]),
+        L=jnp.float32(initial_L),
+        adapt=tuning.init(dim, g["step_sizes"][0]),
+        energy_change=jnp.float32(0),
+        num_nans=jnp.asarray(0, jnp.int32),
+        rng_key=jax.random.PRNGKey(0),
+        diverging=jnp.asarray(False),
+        ess_fallback=jnp.asarray(False),
+    )
 
     def body(state, xs):
         dE, ok, x = xs
-        moved = state._replace(i=state.i + 1, dynamics=Dynamics(x), energy_change=jnp.where(ok, dE, 0.0),
-                               diverging=~ok)
+        moved = state._replace(i=state.i + 1, dynamics=Dynamics(x), energy_change=jnp.where(ok, dE, 0.0), diverging=~ok)
         new = chain_tune(state, moved, schedule)
         return new, new.step_size
 
     state, step_sizes = jax.jit(lambda s: jax.lax.scan(body, s, (energy, finite, positions)))(state)
-    return np.asarray(step_sizes, np.float64), float(state.L), accepted[n2 + 1:]
+    return np.asarray(step_sizes, np.float64), float(state.L), accepted[n2 + 1 :]
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -79,7 +85,7 @@ def test_step_size_trajectory_and_L_match_the_reference(name):
     rtol = RTOL
 
     ours, phase2_L, phase3 = replay(g, schedule)
-    reference = g["step_sizes"][1: n1 + n2 + 1]  # the step size each next call of their kernel was given
+    reference = g["step_sizes"][1 : n1 + n2 + 1]  # the step size each next call of their kernel was given
     np.testing.assert_allclose(ours, reference, rtol=rtol)
     assert float(g["final_step_size"]) == pytest.approx(ours[-1], rel=rtol)
     assert phase2_L == pytest.approx(float(g["phase2_L"]), rel=rtol)

@@ -60,8 +60,7 @@ def test_exponential_schedule_sets_the_sampling_step_size_in_the_kernel():
     schedule's 0.1.
     """
     kernel = MILE(gaussian_2d, target_energy_variance=(10.0, 0.1))
-    mcmc = MCMC(kernel, num_warmup=4000, num_samples=8000, num_chains=2, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(kernel, num_warmup=4000, num_samples=8000, num_chains=2, chain_method="vectorized", progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), extra_fields=("energy_change",))
     schedule = kernel._config.schedule
     assert schedule.exponential
@@ -99,8 +98,9 @@ def test_cost_estimate_counts_the_phase3_positions():
     def model():
         numpyro.sample("x", dist.Normal(0.0, 1.0).expand([40]))
 
-    cost = MILE(model).estimate_cost(jax.random.PRNGKey(0), num_warmup=200_000, num_samples=100, num_chains=3,
-                                     min_seconds=0.01)
+    cost = MILE(model).estimate_cost(
+        jax.random.PRNGKey(0), num_warmup=200_000, num_samples=100, num_chains=3, min_seconds=0.01
+    )
     assert adaptation.make_schedule(200_000).num_stored == 10_000  # n3 = 20,000
     assert cost.state_bytes == 3 * 4 * 5 * 40  # position, momentum, gradient, Phase II moments
     assert cost.phase3_bytes == 3 * 4 * 10_000 * 40  # every coordinate is stored, during the Phase III step
@@ -108,7 +108,8 @@ def test_cost_estimate_counts_the_phase3_positions():
     draws = 3 * 100 * 40 * 4
     assert cost.sample_bytes == draws
     assert cost.predicted_bytes == pytest.approx(
-        cost.data_bytes + cost.state_bytes + cost.phase3_bytes * (1 + ESS_WORK_FACTOR / 3) + draws, abs=1)
+        cost.data_bytes + cost.state_bytes + cost.phase3_bytes * (1 + ESS_WORK_FACTOR / 3) + draws, abs=1
+    )
 
 
 def test_default_L_is_the_reference_statistic_on_a_bnn():
@@ -187,15 +188,29 @@ def test_a_subset_of_coordinates_is_the_same_for_sequential_chains():
     draws match those of ``vectorized`` chains."""
     draws = {}
     for method in ("sequential", "vectorized"):
-        mcmc = MCMC(MILE(gaussian_2d, ess_num_coords=1), num_warmup=200, num_samples=20, num_chains=2,
-                    chain_method=method, progress_bar=False)
+        mcmc = MCMC(
+            MILE(gaussian_2d, ess_num_coords=1),
+            num_warmup=200,
+            num_samples=20,
+            num_chains=2,
+            chain_method=method,
+            progress_bar=False,
+        )
         mcmc.run(jax.random.PRNGKey(3))
         draws[method] = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
     np.testing.assert_allclose(draws["sequential"], draws["vectorized"], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("setting, value", [("ess_num_coords", 0), ("ess_num_coords", 2.5), ("ess_num_coords", None),
-                                            ("max_stored_samples", 9), ("max_stored_samples", True)])
+@pytest.mark.parametrize(
+    "setting, value",
+    [
+        ("ess_num_coords", 0),
+        ("ess_num_coords", 2.5),
+        ("ess_num_coords", None),
+        ("max_stored_samples", 9),
+        ("max_stored_samples", True),
+    ],
+)
 def test_phase3_sizes_are_checked_when_the_kernel_is_made(setting, value):
     with pytest.raises(ValueError, match=f"{setting} must be an integer of at least"):
         MILE(gaussian_2d, **{setting: value})
@@ -236,8 +251,14 @@ def test_L_from_ess_averages_over_finite_positive_values_only():
 
 
 def run_short(num_warmup=400):
-    mcmc = MCMC(MILE(gaussian_2d), num_warmup=num_warmup, num_samples=10, num_chains=2, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(
+        MILE(gaussian_2d),
+        num_warmup=num_warmup,
+        num_samples=10,
+        num_chains=2,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(1))
     return mcmc
 
@@ -262,7 +283,9 @@ def test_kernel_keeps_the_phase2_L_and_warns_when_no_ess_is_usable(monkeypatch):
     mcmc = run_short(num_warmup=400)
     assert np.all(np.asarray(mcmc.last_state.ess_fallback))
     assert any("kept the Phase II L" in m for m in mcmc.sampler.run_warnings(mcmc.last_state))
-    assert not np.any(np.asarray(reference.last_state.ess_fallback)) and not reference.sampler.run_warnings(reference.last_state)
+    assert not np.any(np.asarray(reference.last_state.ess_fallback)) and not reference.sampler.run_warnings(
+        reference.last_state
+    )
     L = np.asarray(mcmc.last_state.L)
     assert np.all(np.isfinite(L)) and np.all(L > 0)
     # the Phase II L: sqrt of the summed Phase II variances, as accumulated in the state
@@ -317,8 +340,10 @@ def _numpyro_normal_model(improper: bool):
     return model
 
 
-@pytest.mark.parametrize("improper, atol, chains, map_steps", [(False, 0.05, 4, 0), (True, 0.007, 4, 0),
-                                                                (False, 0.007, 1, 500), (True, 0.007, 1, 500)])
+@pytest.mark.parametrize(
+    "improper, atol, chains, map_steps",
+    [(False, 0.05, 4, 0), (True, 0.007, 4, 0), (False, 0.007, 1, 500), (True, 0.007, 1, 500)],
+)
 def test_exact_setting_samples_numpyro_normal_models_in_float32(improper, atol, chains, map_steps):
     """README's exact setting in float32 on NumPyro's models (potential energy ~77,000, where float32 resolves
     ~0.008): the posterior mean of ``loc`` within NumPyro's tolerances of 0.9 (0.05 / 0.007 upstream). With 4
@@ -326,10 +351,12 @@ def test_exact_setting_samples_numpyro_normal_models_in_float32(improper, atol, 
     ``map_steps=500`` Adam steps (from ``init_to_uniform`` that one chain is still travelling at the end of its
     warmup: mean 0.83)."""
     data = 0.9 + jax.random.normal(jax.random.PRNGKey(0), (1000,))
-    kernel = MILE(_numpyro_normal_model(improper), target_energy_variance=(5e-4, 5e-4), pretrain=False,
-                  map_steps=map_steps)
-    mcmc = MCMC(kernel, num_warmup=1000, num_samples=1000, num_chains=chains, chain_method="vectorized",
-                progress_bar=False)
+    kernel = MILE(
+        _numpyro_normal_model(improper), target_energy_variance=(5e-4, 5e-4), pretrain=False, map_steps=map_steps
+    )
+    mcmc = MCMC(
+        kernel, num_warmup=1000, num_samples=1000, num_chains=chains, chain_method="vectorized", progress_bar=False
+    )
     mcmc.run(jax.random.PRNGKey(2 if chains > 1 else 0), data)
     assert mcmc.get_samples()["loc"].dtype == jnp.float32
     np.testing.assert_allclose(float(jnp.mean(mcmc.get_samples()["loc"])), 0.9, atol=atol)
@@ -341,8 +368,7 @@ def test_unreachable_target_is_reported_not_frozen_silently():
     L stays finite, and run_warnings names every chain with the fix first (x64 or a larger target)."""
     data = 0.9 + jax.random.normal(jax.random.PRNGKey(0), (1000,))
     kernel = MILE(_numpyro_normal_model(False), target_energy_variance=(1e-5, 1e-5), pretrain=False)
-    mcmc = MCMC(kernel, num_warmup=1000, num_samples=100, num_chains=2, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(kernel, num_warmup=1000, num_samples=100, num_chains=2, chain_method="vectorized", progress_bar=False)
     mcmc.run(jax.random.PRNGKey(2), data)
     state = mcmc.last_state
     assert np.all(np.isfinite(np.asarray(state.L))) and np.all(np.asarray(state.step_size) > 0)
@@ -361,16 +387,17 @@ def test_collected_warmup_draws_show_phase3_as_one_step():
         numpyro.sample("x", dist.Normal(0.0, stds))
 
     num_warmup, (n1, n2) = 2000, (1600, 200)  # n3 = 200
-    mcmc = MCMC(MILE(model), num_warmup=num_warmup, num_samples=5, num_chains=2, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(
+        MILE(model), num_warmup=num_warmup, num_samples=5, num_chains=2, chain_method="vectorized", progress_bar=False
+    )
     mcmc.warmup(jax.random.PRNGKey(0), collect_warmup=True, extra_fields=("L",))
     x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
     L = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["L"])
     assert x.shape == (2, num_warmup, 10)
     moved = np.any(x[:, 1:] != x[:, :-1], axis=(0, 2))  # moved[k]: step k + 1 changed the position
     assert moved[: n1 + n2 - 1].all() and moved[n1 + n2 - 1]  # Phases I-II and the Phase III step
-    assert not moved[n1 + n2:].any()
-    assert np.all(L[:, n1 + n2] != L[:, n1 + n2 - 1]) and np.all(L[:, n1 + n2:] == L[:, -1:])
+    assert not moved[n1 + n2 :].any()
+    assert np.all(L[:, n1 + n2] != L[:, n1 + n2 - 1]) and np.all(L[:, n1 + n2 :] == L[:, -1:])
     mcmc.run(mcmc.post_warmup_state.rng_key)
     assert np.all(np.asarray(mcmc.get_samples(group_by_chain=True)["x"])[:, 0] != x[:, -1])  # sampling moves
 
@@ -392,8 +419,14 @@ def test_tuned_step_size_hits_the_target_energy_variance_at_any_scale(scale):
     target = 1e-3
     # 20,000 warmup steps: from its start at 1e-3 the step size needs them to grow to ~400 at sd 100 (2,000 leave it
     # at 17 and the energy variance 1e-8 of the target; measured 0.90 and 1.13 of the target with 20,000)
-    mcmc = MCMC(MILE(model, target_energy_variance=(target, target)), num_warmup=20_000, num_samples=2000,
-                num_chains=8, chain_method="vectorized", progress_bar=False)
+    mcmc = MCMC(
+        MILE(model, target_energy_variance=(target, target)),
+        num_warmup=20_000,
+        num_samples=2000,
+        num_chains=8,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(0), extra_fields=("energy_change",))
     energy_change = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["energy_change"], np.float64)
     energy_variance = np.median(np.mean(energy_change**2, axis=1) / 10)

@@ -117,6 +117,7 @@ def test_model_modules_share_helpers_only_through_private_modules():
     folder = Path(models.__file__).parent
     for name in ("mlp", "cnn", "attention"):
         tree = ast.parse((folder / f"{name}.py").read_text())
-        relative = {(node.level, node.module) for node in ast.walk(tree)
-                    if isinstance(node, ast.ImportFrom) and node.level}
+        relative = {
+            (node.level, node.module) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level
+        }
         assert relative <= {(1, "_layers"), (1, "_likelihood"), (2, "_validation")}, (name, relative)

@@ -83,6 +83,7 @@ def np_attention(params, X, num_heads):
 
 def traced_shapes(model, *args, **kwargs):
     """Shapes of the sample and deterministic sites of one prior-predictive trace (abstract evaluation)."""
+
     def values():
         trace = numpyro.handlers.trace(numpyro.handlers.seed(model, 0)).get_trace(*args, **kwargs)
         return {k: v["value"] for k, v in trace.items() if v["type"] in ("sample", "deterministic")}
@@ -142,8 +143,10 @@ def test_attention_shapes_forward_and_log_density(patch_size):
 
     @jax.jit
     def evaluate(p):
-        return (attention_apply(p, jnp.asarray(X), num_heads=2, activation=jax.nn.relu),
-                log_density(attention, (X, y), kwargs, p)[0])
+        return (
+            attention_apply(p, jnp.asarray(X), num_heads=2, activation=jax.nn.relu),
+            log_density(attention, (X, y), kwargs, p)[0],
+        )
 
     logits, logp = evaluate(params)
     np.testing.assert_allclose(logits, reference, rtol=1e-4, atol=1e-4)
@@ -158,12 +161,15 @@ def test_minibatch_plate_scales_the_likelihood():
     idx = jnp.array([1, 4, 7])
     sub = numpyro.handlers.substitute(attention, data={"data": idx})
     tr = numpyro.handlers.trace(numpyro.handlers.substitute(sub, data=params)).get_trace(
-        X, y, subsample_size=3, **kwargs)
+        X, y, subsample_size=3, **kwargs
+    )
     assert tr["y"]["scale"] == pytest.approx(10 / 3)
     logits = np_attention(params, X[idx], num_heads=1)
-    np.testing.assert_allclose(tr["y"]["fn"].log_prob(tr["y"]["value"]),
-                               (logits - np.log(np.exp(logits).sum(1, keepdims=True)))[np.arange(3), y[idx]],
-                               rtol=1e-4)
+    np.testing.assert_allclose(
+        tr["y"]["fn"].log_prob(tr["y"]["value"]),
+        (logits - np.log(np.exp(logits).sum(1, keepdims=True)))[np.arange(3), y[idx]],
+        rtol=1e-4,
+    )
 
 
 @pytest.mark.parametrize(
@@ -193,8 +199,9 @@ def test_label_errors():
 
 
 def few_step_mile(model, X, y, init_params, **kwargs):
-    mcmc = MCMC(MILE(model), num_warmup=100, num_samples=20, num_chains=2, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(
+        MILE(model), num_warmup=100, num_samples=20, num_chains=2, chain_method="vectorized", progress_bar=False
+    )
     mcmc.run(jax.random.PRNGKey(3), X, y, init_params=init_params, extra_fields=("num_nans",), **kwargs)
     samples = mcmc.get_samples(group_by_chain=True)
     assert all(bool(jnp.all(jnp.isfinite(v))) for v in samples.values())
@@ -215,8 +222,9 @@ def test_deep_ensemble_and_few_step_mile_cnn():
     rng = np.random.default_rng(4)
     X, y = easy_task(rng, (6, 6, 1))
     kwargs = dict(num_classes=2, channels=(2,), hidden=(4,))
-    de = deep_ensemble(cnn, jax.random.PRNGKey(0), 2, X, y, max_epochs=15, batch_size=16, validation=None,
-                       progress_bar=False, **kwargs)
+    de = deep_ensemble(
+        cnn, jax.random.PRNGKey(0), 2, X, y, max_epochs=15, batch_size=16, validation=None, progress_bar=False, **kwargs
+    )
     assert de.init_params["cw0"].shape == (2, 3, 3, 1, 2)
     assert np.all(de.train_loss[:, -1] < de.train_loss[:, 0])  # the members train through the "data" plate
     samples = few_step_mile(cnn, X, y, de.init_params, **kwargs)
@@ -233,8 +241,10 @@ def test_few_step_mile_attention():
     rng = np.random.default_rng(5)
     X, y = easy_task(rng, (8, 1))
     kwargs = dict(num_classes=2, d_model=4, num_heads=2, mlp_hidden=4, patch_size=2)
-    init = {k: 0.3 * jax.random.normal(jax.random.PRNGKey(i), (2, *s))
-            for i, (k, s) in enumerate(attention_shapes((8, 1), 2, d_model=4, mlp_hidden=4, patch_size=2).items())}
+    init = {
+        k: 0.3 * jax.random.normal(jax.random.PRNGKey(i), (2, *s))
+        for i, (k, s) in enumerate(attention_shapes((8, 1), 2, d_model=4, mlp_hidden=4, patch_size=2).items())
+    }
     samples = few_step_mile(attention, X, y, init, **kwargs)
     assert samples["pos"].shape == (2, 20, 4, 4)
     assert np.all(np.asarray(samples["wq"]).std(1) > 0)

@@ -38,8 +38,11 @@ def kernels():
         ("MILE", lambda: MILE(conjugate_linear_regression, **QUIET), {}),
         ("SMILE", lambda: SMILE(conjugate_linear_regression, **QUIET), dict(subsample_size=50)),
         ("SGLD", lambda: SGLD(conjugate_linear_regression, 1e-4), dict(subsample_size=50)),
-        ("ICSGLD", lambda: ICSGLD(conjugate_linear_regression, 1e-4, zeta=1.0, num_bins=50, bin_width=10.0,
-                                  min_energy=0.0), dict(subsample_size=50)),
+        (
+            "ICSGLD",
+            lambda: ICSGLD(conjugate_linear_regression, 1e-4, zeta=1.0, num_bins=50, bin_width=10.0, min_energy=0.0),
+            dict(subsample_size=50),
+        ),
     ]
 
 
@@ -89,8 +92,9 @@ def test_warmup_then_run_gives_the_draws_of_one_run(name, make, model_kwargs):
         draws = np.asarray(parts.get_samples(group_by_chain=True)["w"])
         assert draws.shape == (2, 50, 4) and np.abs(draws[:, 0] - warm).max() < 0.5
         return
-    np.testing.assert_allclose(np.asarray(parts.get_samples()["w"]), np.asarray(whole.get_samples()["w"]),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(parts.get_samples()["w"]), np.asarray(whole.get_samples()["w"]), rtol=1e-4, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("name, make, model_kwargs", kernels(), ids=[k[0] for k in kernels()])
@@ -124,11 +128,14 @@ def test_one_dimensional_models_are_sampled_exactly():
     the exact setting; the second model pretrains on its data plate, as the default path does."""
     y = np.random.default_rng(0).normal(3.0, 1.0, 100).astype(np.float32)
     post_var = 1.0 / (1.0 / 100.0 + 100.0)
-    for model, args, site, mean, var in [(normal_1d, (), "x", 1.0, 4.0),
-                                         (normal_mean_1d, (y,), "mu", y.sum() * post_var, post_var)]:
+    for model, args, site, mean, var in [
+        (normal_1d, (), "x", 1.0, 4.0),
+        (normal_mean_1d, (y,), "mu", y.sum() * post_var, post_var),
+    ]:
         kernel = MILE(model, target_energy_variance=(5e-4, 5e-4), ensemble_options=dict(progress_bar=False))
-        mcmc = MCMC(kernel, num_warmup=1000, num_samples=4000, num_chains=4, chain_method="vectorized",
-                    progress_bar=False)
+        mcmc = MCMC(
+            kernel, num_warmup=1000, num_samples=4000, num_chains=4, chain_method="vectorized", progress_bar=False
+        )
         mcmc.run(jax.random.PRNGKey(0), *args)
         samples = mcmc.get_samples(group_by_chain=True)
         assert list(samples) == [site]
@@ -158,8 +165,7 @@ def test_models_without_latent_dimensions_return_what_nuts_returns(model):
     NumPyro's 50 to 100, what MILE's three tuning phases need."""
     out = {}
     for name, kernel in [("mile", MILE(model)), ("nuts", NUTS(model))]:
-        mcmc = MCMC(kernel, num_warmup=100, num_samples=20, num_chains=2, chain_method="vectorized",
-                    progress_bar=False)
+        mcmc = MCMC(kernel, num_warmup=100, num_samples=20, num_chains=2, chain_method="vectorized", progress_bar=False)
         mcmc.run(jax.random.PRNGKey(0))
         out[name] = {k: np.asarray(v) for k, v in mcmc.get_samples().items()}
     assert out["mile"].keys() == out["nuts"].keys()
@@ -196,10 +202,11 @@ def missing_plate_subsampled(X, y, subsample_size=None):
 def test_numpyros_model_check_runs_for_minibatch_kernels(name):
     """The same check for the minibatch kernels, on a subsampled plate: the warning points at the user's line."""
     X_, Y_ = jnp.ones((40, 2)), jnp.zeros((40, 3))
-    kernel = {"SMILE": lambda: SMILE(missing_plate_subsampled, pretrain=False),
-              "SGLD": lambda: SGLD(missing_plate_subsampled, 1e-4),
-              "ICSGLD": lambda: ICSGLD(missing_plate_subsampled, 1e-4, zeta=1.0, num_bins=10, bin_width=10.0,
-                                        min_energy=0.0)}[name]()
+    kernel = {
+        "SMILE": lambda: SMILE(missing_plate_subsampled, pretrain=False),
+        "SGLD": lambda: SGLD(missing_plate_subsampled, 1e-4),
+        "ICSGLD": lambda: ICSGLD(missing_plate_subsampled, 1e-4, zeta=1.0, num_bins=10, bin_width=10.0, min_energy=0.0),
+    }[name]()
     mcmc = MCMC(kernel, num_warmup=100, num_samples=10, num_chains=2, chain_method="vectorized", progress_bar=False)
     with pytest.warns(UserWarning, match="Missing a plate statement") as record:
         mcmc.run(jax.random.PRNGKey(0), X_, Y_, subsample_size=10)
@@ -211,9 +218,14 @@ def test_numpyros_model_check_runs_for_minibatch_kernels(name):
 def test_bad_init_params_get_one_message_from_every_kernel(name, make, model_kwargs):
     """Every kernel checks ``init_params`` with the one helper: a wrong site name or a wrong shape raises
     the same error, naming the sites or the shape expected."""
-    for bad, message in [({"nope": jnp.zeros((2, X.shape[1]))}, r"one unconstrained array per latent site \['w'\]"),
-                         ({"w": jnp.zeros((2, 3))}, r"init_params\['w'\] has shape \(2, 3\), expected \(2, 4\) "
-                                                        r"\(a leading axis of size num_chains")]:
+    for bad, message in [
+        ({"nope": jnp.zeros((2, X.shape[1]))}, r"one unconstrained array per latent site \['w'\]"),
+        (
+            {"w": jnp.zeros((2, 3))},
+            r"init_params\['w'\] has shape \(2, 3\), expected \(2, 4\) "
+            r"\(a leading axis of size num_chains",
+        ),
+    ]:
         mcmc = MCMC(make(), num_warmup=100, num_samples=5, num_chains=2, chain_method="vectorized", progress_bar=False)
         with pytest.raises(ValueError, match=message):
             mcmc.run(jax.random.PRNGKey(0), X, Y, init_params=bad, **model_kwargs)
@@ -239,18 +251,56 @@ def other_potential(z):
 
 #: a second valid value of every constructor argument (but the model) of each kernel
 OTHER_VALUES = {
-    "common": dict(step_size=2e-3, init_strategy=numpyro.infer.init_to_median, pretrain=False,
-                   ensemble_options={"num_steps": 10}, temperature=0.5),
-    "MILE": dict(potential_fn=other_potential, phase_split=(0.7, 0.2, 0.1), target_energy_variance=(0.4, 0.1),
-                 target_schedule="linear", n_eff=50.0, trust=2.0, L_factor=0.5, initial_step_size=1e-2,
-                 initial_L=1.0, ess_num_coords=16, max_stored_samples=500, map_steps=10, map_learning_rate=0.1,
-                 shard_chains=False),
-    "SGLD": dict(schedule=("polynomial", 1e-3, 1.0, 0.55), preconditioner="rmsprop", rmsprop_decay=0.9,
-                 rmsprop_eps=1e-4, running_moments=True),
-    "ICSGLD": dict(zeta=2.0, num_bins=20, bin_width=2.0, min_energy=1.0, sa_schedule=0.3, multiplier_clip=5.0,
-                   csgld=True, num_active_chains=3),
-    "SMILE": dict(precondition=True, min_scale=0.2, reset_quantile=0.99, adapt_prob=0.2, adapt_strength=0.05,
-                  smoothing=0.02, adapt_during_sampling=True, L=1.0),
+    "common": dict(
+        step_size=2e-3,
+        init_strategy=numpyro.infer.init_to_median,
+        pretrain=False,
+        ensemble_options={"num_steps": 10},
+        temperature=0.5,
+    ),
+    "MILE": dict(
+        potential_fn=other_potential,
+        phase_split=(0.7, 0.2, 0.1),
+        target_energy_variance=(0.4, 0.1),
+        target_schedule="linear",
+        n_eff=50.0,
+        trust=2.0,
+        L_factor=0.5,
+        initial_step_size=1e-2,
+        initial_L=1.0,
+        ess_num_coords=16,
+        max_stored_samples=500,
+        map_steps=10,
+        map_learning_rate=0.1,
+        shard_chains=False,
+    ),
+    "SGLD": dict(
+        schedule=("polynomial", 1e-3, 1.0, 0.55),
+        preconditioner="rmsprop",
+        rmsprop_decay=0.9,
+        rmsprop_eps=1e-4,
+        running_moments=True,
+    ),
+    "ICSGLD": dict(
+        zeta=2.0,
+        num_bins=20,
+        bin_width=2.0,
+        min_energy=1.0,
+        sa_schedule=0.3,
+        multiplier_clip=5.0,
+        csgld=True,
+        num_active_chains=3,
+    ),
+    "SMILE": dict(
+        precondition=True,
+        min_scale=0.2,
+        reset_quantile=0.99,
+        adapt_prob=0.2,
+        adapt_strength=0.05,
+        smoothing=0.02,
+        adapt_during_sampling=True,
+        L=1.0,
+    ),
     "Toy": {},
 }
 

@@ -46,8 +46,7 @@ def mile_mcmc(model=None, num_warmup=100, num_samples=100, potential_fn=None, **
 def test_unnormalized_normal_x64_is_refused_with_what_to_change():
     """Upstream samples a 1-d ``potential_fn``; MCLMC's unit-norm momentum needs 2 dimensions, and a potential
     function has no model MILE could add its auxiliary coordinate to: the error says how to write it."""
-    mcmc = mile_mcmc(potential_fn=lambda z: 0.5 * jnp.sum(((z - 1.0) / 0.5) ** 2), num_warmup=1000,
-                     num_samples=8000)
+    mcmc = mile_mcmc(potential_fn=lambda z: 0.5 * jnp.sum(((z - 1.0) / 0.5) ** 2), num_warmup=1000, num_samples=8000)
     with pytest.raises(ValueError, match="standard-normal coordinate.*or write it as a model"):
         mcmc.run(random.PRNGKey(0), init_params=jnp.array(0.0))
 
@@ -146,24 +145,102 @@ def test_dirichlet_categorical_x64():
     assert_allclose(jnp.mean(mcmc.get_samples()["p_latent"], 0), true_probs, atol=0.02)
 
 
-COUNTS = jnp.array([
-    13, 24, 8, 24, 7, 35, 14, 11, 15, 11, 22, 22, 11, 57, 11, 19, 29, 6, 19, 12, 22, 12, 18, 72, 32, 9, 7, 13, 19,
-    23, 27, 20, 6, 17, 13, 10, 14, 6, 16, 15, 7, 2, 15, 15, 19, 70, 49, 7, 53, 22, 21, 31, 19, 11, 1, 20, 12, 35,
-    17, 23, 17, 4, 2, 31, 30, 13, 27, 0, 39, 37, 5, 14, 13, 22])  # the text-message counts of upstream's test
+COUNTS = jnp.array(
+    [
+        13,
+        24,
+        8,
+        24,
+        7,
+        35,
+        14,
+        11,
+        15,
+        11,
+        22,
+        22,
+        11,
+        57,
+        11,
+        19,
+        29,
+        6,
+        19,
+        12,
+        22,
+        12,
+        18,
+        72,
+        32,
+        9,
+        7,
+        13,
+        19,
+        23,
+        27,
+        20,
+        6,
+        17,
+        13,
+        10,
+        14,
+        6,
+        16,
+        15,
+        7,
+        2,
+        15,
+        15,
+        19,
+        70,
+        49,
+        7,
+        53,
+        22,
+        21,
+        31,
+        19,
+        11,
+        1,
+        20,
+        12,
+        35,
+        17,
+        23,
+        17,
+        4,
+        2,
+        31,
+        30,
+        13,
+        27,
+        0,
+        39,
+        37,
+        5,
+        14,
+        13,
+        22,
+    ]
+)  # the text-message counts of upstream's test
 
 
-@pytest.mark.xfail(strict=False, reason="a property of the method: the likelihood is piecewise constant in tau (zero "
-                   "gradient almost everywhere), and MCLMC has no accept/reject step that would let it steer tau; "
-                   "NUTS's Metropolis correction does. Not strict: tau's mode is wherever the chain wanders (keys "
-                   "0-7 gave 12-72 on one machine), so upstream's key 4 lands on 44 or not by the CPU's rounding")
+@pytest.mark.xfail(
+    strict=False,
+    reason="a property of the method: the likelihood is piecewise constant in tau (zero "
+    "gradient almost everywhere), and MCLMC has no accept/reject step that would let it steer tau; "
+    "NUTS's Metropolis correction does. Not strict: tau's mode is wherever the chain wanders (keys "
+    "0-7 gave 12-72 on one machine), so upstream's key 4 lands on 44 or not by the CPU's rounding",
+)
 def test_change_point_x64():
     def model(data):
         rate = 1 / jnp.mean(data.astype(np.float32))
         lambda1 = numpyro.sample("lambda1", dist.Exponential(rate))
         lambda2 = numpyro.sample("lambda2", dist.Exponential(rate))
         tau = numpyro.sample("tau", dist.Uniform(0, 1))
-        numpyro.sample("obs", dist.Poisson(jnp.where(jnp.arange(len(data)) < tau * len(data), lambda1, lambda2)),
-                       obs=data)
+        numpyro.sample(
+            "obs", dist.Poisson(jnp.where(jnp.arange(len(data)) < tau * len(data), lambda1, lambda2)), obs=data
+        )
 
     mcmc = mile_mcmc(model, num_warmup=500, num_samples=3000)
     mcmc.run(random.PRNGKey(4), COUNTS)
@@ -325,6 +402,7 @@ def test_init_strategy_substituted_model():
 def test_discrete_site_is_refused_with_what_to_change():
     """NUTS enumerates a discrete latent site (with a FutureWarning); MILE's dynamics are continuous: an error says
     to marginalise it out or use ``DiscreteHMCGibbs``."""
+
     def model():
         numpyro.sample("x", dist.Bernoulli(0.5))
 

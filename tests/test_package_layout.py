@@ -59,7 +59,7 @@ def test_imports_run_one_way():
         for dep in graph[name]:
             if dep == "numpyro_mile":
                 continue
-            assert state.get(dep) != 1, f"import cycle: {' -> '.join(stack[stack.index(dep):] + [dep])}"
+            assert state.get(dep) != 1, f"import cycle: {' -> '.join(stack[stack.index(dep) :] + [dep])}"
             if dep not in state:
                 visit(dep, stack + [dep])
         state[name] = 2
@@ -68,21 +68,42 @@ def test_imports_run_one_way():
         if name not in state:
             visit(name, [name])
     # runs/ (checkpoints, chunked and distributed drivers) is a top layer: below the package root, the command
-    # line and the scikit-learn estimators (applications over the whole package), no module outside it imports it (inference_data and runs/
+    # line and the scikit-learn estimators (applications over the whole package), no module outside it imports it
+    # (inference_data and runs/
     # used to import each other's modules)
-    assert sorted(name for name, deps in graph.items()
-                  if name not in ("numpyro_mile", "numpyro_mile.cli", "numpyro_mile.estimators")
-                  and not name.startswith("numpyro_mile.runs")
-                  and any(d.startswith("numpyro_mile.runs") for d in deps)) == []
+    assert (
+        sorted(
+            name
+            for name, deps in graph.items()
+            if name not in ("numpyro_mile", "numpyro_mile.cli", "numpyro_mile.estimators")
+            and not name.startswith("numpyro_mile.runs")
+            and any(d.startswith("numpyro_mile.runs") for d in deps)
+        )
+        == []
+    )
 
 
 def test_public_api_is_one_all():
     for name in numpyro_mile.__all__:
         assert hasattr(numpyro_mile, name), name
     assert len(set(numpyro_mile.__all__)) == len(numpyro_mile.__all__)
-    for name in ("MILE", "SGLD", "ICSGLD", "deep_ensemble", "bde", "predict", "log_likelihood", "to_inference_data",
-                 "importance_weights", "run_chunked", "save_checkpoint", "load_checkpoint", "run_distributed",
-                 "enable_compilation_cache", "__version__"):
+    for name in (
+        "MILE",
+        "SGLD",
+        "ICSGLD",
+        "deep_ensemble",
+        "bde",
+        "predict",
+        "log_likelihood",
+        "to_inference_data",
+        "importance_weights",
+        "run_chunked",
+        "save_checkpoint",
+        "load_checkpoint",
+        "run_distributed",
+        "enable_compilation_cache",
+        "__version__",
+    ):
         assert name in numpyro_mile.__all__, name
     assert numpyro_mile.__version__ != "unknown"  # read from the installed package's metadata
 
@@ -91,10 +112,14 @@ def test_importing_the_package_leaves_jax_unstarted():
     """``import numpyro_mile`` starts no JAX backend (BlackJAX, which does at import, is imported on first use), so
     NumPyro's advice ``numpyro.set_host_device_count(n)`` still works after it: vectorized chains then use every
     core (issue #29)."""
-    code = ("import numpyro_mile, numpyro\nnumpyro.set_host_device_count(3)\nimport jax\n"
-            "print(jax.local_device_count())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""})
+    code = "import numpyro_mile, numpyro\nnumpyro.set_host_device_count(3)\nimport jax\nprint(jax.local_device_count())"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "3"
 
@@ -115,8 +140,12 @@ def _imported_names(path: Path) -> list[tuple[str, str, int]]:
             found += [(base, alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.Import):
             found += [(alias.name, "", node.lineno) for alias in node.names]
-        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
-              and node.args and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))):
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+            and node.args
+            and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))
+        ):
             text = ast.unparse(node.args[0])
             found.append((text.strip("'\"f"), "", node.lineno))
     return found
@@ -125,17 +154,25 @@ def _imported_names(path: Path) -> list[tuple[str, str, int]]:
 def test_blackjax_only_in_the_mclmc_adapter():
     """All MCLMC/isokinetic dynamics (MILE's step, SMILE's minibatch step, the ESS) go through
     ``kernels/_mclmc.py``: no other module imports BlackJAX (issue #31)."""
-    offenders = [(str(path.relative_to(PACKAGE)), module, line)
-                 for path in PACKAGE.rglob("*.py") if path.name != "_mclmc.py"
-                 for module, _, line in _imported_names(path) if module.split(".")[0] == "blackjax"]
+    offenders = [
+        (str(path.relative_to(PACKAGE)), module, line)
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "_mclmc.py"
+        for module, _, line in _imported_names(path)
+        if module.split(".")[0] == "blackjax"
+    ]
     assert offenders == []
     assert any(module.startswith("blackjax") for module, _, _ in _imported_names(PACKAGE / "kernels" / "_mclmc.py"))
 
 
 def test_flax_is_an_extra_the_package_never_imports():
     """Flax is for the examples (the ``examples`` and ``test`` extras), not a dependency of the package."""
-    offenders = [(str(path.relative_to(PACKAGE)), module, line) for path in PACKAGE.rglob("*.py")
-                 for module, _, line in _imported_names(path) if module.split(".")[0] == "flax"]
+    offenders = [
+        (str(path.relative_to(PACKAGE)), module, line)
+        for path in PACKAGE.rglob("*.py")
+        for module, _, line in _imported_names(path)
+        if module.split(".")[0] == "flax"
+    ]
     assert offenders == []
     pyproject = (PACKAGE.parent / "pyproject.toml").read_text()
     dependencies = pyproject.split("dependencies = [", 1)[1].split("]", 1)[0]
@@ -159,6 +196,10 @@ def test_generic_layers_ask_kernels_through_hooks():
     """``inference_data`` and ``runs/`` know no kernel: they ask through ChainKernel's hooks (``sample_weights``,
     ``checkpoint_state``, ``resumed_state``, ``run_warnings``) rather than importing kernel modules (issue #31)."""
     generic = [PACKAGE / "inference_data.py", *sorted((PACKAGE / "runs").glob("*.py"))]
-    offenders = [(path.name, module, line) for path in generic for module, _, line in _imported_names(path)
-                 if module.startswith("numpyro_mile.kernels")]
+    offenders = [
+        (path.name, module, line)
+        for path in generic
+        for module, _, line in _imported_names(path)
+        if module.startswith("numpyro_mile.kernels")
+    ]
     assert offenders == []

@@ -36,11 +36,27 @@ def test_bde_pins_come_from_the_default_linux_environment(tmp_path):
 
 
 def row(kind, seed, wall, lppd):
-    return {"implementation": kind, "seed": str(seed), "chains": "12", "warmup": "10000", "samples": "2000",
-            "thinning": "10", "devices": "2", "process_wall": str(wall + 1), "fit_wall": str(wall),
-            "fit_cpu": str(2 * wall), "compile_s": "10", "compiles": "100", "ensemble_s": "5",
-            "sampler_s": str(wall - 5), "lppd": str(lppd), "rmse": "0.2", "commit": "abc", "load_start": "1",
-            "load_end": "1"}
+    return {
+        "implementation": kind,
+        "seed": str(seed),
+        "chains": "12",
+        "warmup": "10000",
+        "samples": "2000",
+        "thinning": "10",
+        "devices": "2",
+        "process_wall": str(wall + 1),
+        "fit_wall": str(wall),
+        "fit_cpu": str(2 * wall),
+        "compile_s": "10",
+        "compiles": "100",
+        "ensemble_s": "5",
+        "sampler_s": str(wall - 5),
+        "lppd": str(lppd),
+        "rmse": "0.2",
+        "commit": "abc",
+        "load_start": "1",
+        "load_end": "1",
+    }
 
 
 def test_page_reports_ratios_per_seed_and_a_verdict_from_the_rows():
@@ -73,11 +89,16 @@ def test_page_has_a_section_per_data_set_and_a_verdict_against_the_noise_floor()
     rows = []
     for data, ours, authors, resampled in (("airfoil", 0.55, 0.56, 0.57), ("energy", 1.60, 1.50, 1.61)):
         for s in (1, 2):
-            rows += [{**row("ours", s, 20.0, ours), "data": data}, {**row("authors", s, 100.0, authors), "data": data},
-                     {**row("ours-resampled", s, 20.0, resampled), "data": data}]
+            rows += [
+                {**row("ours", s, 20.0, ours), "data": data},
+                {**row("authors", s, 100.0, authors), "data": data},
+                {**row("ours-resampled", s, 20.0, resampled), "data": data},
+            ]
     page = peers.render(rows, peers.OUT)
     assert "## airfoil" in page and "## energy" in page
-    assert "- airfoil, against MILE authors' code: ours -0.010 on the mean over seeds 1, 2 (below, within the noise " \
-           "floor; noise floor 0.020)" in page
+    assert (
+        "- airfoil, against MILE authors' code: ours -0.010 on the mean over seeds 1, 2 (below, within the noise "
+        "floor; noise floor 0.020)" in page
+    )
     assert "- energy, against MILE authors' code: ours +0.100 on the mean over seeds 1, 2 (at least" in page
     assert "a mean absolute difference of 0.020" in page

@@ -60,7 +60,7 @@ def test_a_second_call_on_new_data_of_the_same_shapes_reuses_the_program(data, s
     P.log_likelihood(mlp_regression, samples, X, y, hidden=HIDDEN)
     P.log_likelihood(mlp_regression, samples, X, y + 1.0, hidden=HIDDEN)
     assert len(count_traces) == 2 and not np.allclose(first, second)
-    P.predict(mlp_regression, samples, X, return_sites=["sigma"], hidden=HIDDEN)   # other sites: another program
+    P.predict(mlp_regression, samples, X, return_sites=["sigma"], hidden=HIDDEN)  # other sites: another program
     assert len(count_traces) == 3
 
 
@@ -68,8 +68,15 @@ def test_a_second_call_on_new_data_of_the_same_shapes_reuses_the_program(data, s
 @pytest.mark.parametrize("batch_size, parallel", [(3, True), (7, False), (64, None)])
 def test_predict_equals_predictive(data, samples, reference, batch_size, parallel, count_traces):
     X, _ = data
-    out = P.predict(mlp_regression, samples, X, batch_size=batch_size, rng_key=jax.random.PRNGKey(2),
-                    parallel=parallel, hidden=HIDDEN)
+    out = P.predict(
+        mlp_regression,
+        samples,
+        X,
+        batch_size=batch_size,
+        rng_key=jax.random.PRNGKey(2),
+        parallel=parallel,
+        hidden=HIDDEN,
+    )
     assert len(count_traces) == 1  # one compilation: the last chunk is padded
     assert sorted(out) == sorted(reference) == ["mu", "sigma", "y"]
     for name, ref in reference.items():
@@ -82,10 +89,20 @@ def test_predict_return_sites_chain_axis_typed_key(data, samples):
     X, _ = data
     grouped = {k: v[:22].reshape(2, 11, *v.shape[1:]) for k, v in samples.items()}
     key = jax.random.key(3)
-    ref = jax.jit(lambda k: Predictive(mlp_regression, grouped, batch_ndims=2, return_sites=["mu", "y"])(
-        k, X, hidden=HIDDEN))(key)
-    out = P.predict(mlp_regression, grouped, X, batch_size=4, return_sites=["mu", "y"], rng_key=key,
-                    chain_axis=True, parallel=False, hidden=HIDDEN)
+    ref = jax.jit(
+        lambda k: Predictive(mlp_regression, grouped, batch_ndims=2, return_sites=["mu", "y"])(k, X, hidden=HIDDEN)
+    )(key)
+    out = P.predict(
+        mlp_regression,
+        grouped,
+        X,
+        batch_size=4,
+        return_sites=["mu", "y"],
+        rng_key=key,
+        chain_axis=True,
+        parallel=False,
+        hidden=HIDDEN,
+    )
     assert sorted(out) == ["mu", "y"]
     for name in out:
         assert out[name].shape == (2, 11, X.shape[0])
@@ -94,8 +111,16 @@ def test_predict_return_sites_chain_axis_typed_key(data, samples):
 
 def test_moments_equal_numpy(data, samples, reference, count_traces):
     X, _ = data
-    out = P.predict(mlp_regression, samples, X, batch_size=7, reduce="moments", rng_key=jax.random.PRNGKey(2),
-                    parallel=True, hidden=HIDDEN)
+    out = P.predict(
+        mlp_regression,
+        samples,
+        X,
+        batch_size=7,
+        reduce="moments",
+        rng_key=jax.random.PRNGKey(2),
+        parallel=True,
+        hidden=HIDDEN,
+    )
     assert len(count_traces) == 1
     for name, ref in reference.items():
         full = ref.astype(np.float64)
@@ -111,8 +136,9 @@ def test_moments_and_log_likelihood_classification(data):
     prior = Predictive(mlp_classification, num_samples=9)(jax.random.PRNGKey(5), X, **kwargs)
     cls_samples = {k: np.asarray(v) for k, v in prior.items() if k[0] in "wb"}
     full = np.asarray(prior["logits"], dtype=np.float64)  # (9, 30, 3), deterministic given the weights
-    mom = P.predict(mlp_classification, cls_samples, X, batch_size=4, return_sites=["logits"], reduce="moments",
-                    **kwargs)["logits"]
+    mom = P.predict(
+        mlp_classification, cls_samples, X, batch_size=4, return_sites=["logits"], reduce="moments", **kwargs
+    )["logits"]
     assert mom.mean.shape == mom.var.shape == (30, 3)
     np.testing.assert_allclose(mom.mean, full.mean(0), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(mom.var, full.var(0), rtol=1e-4, atol=1e-6)
@@ -129,8 +155,9 @@ def test_log_likelihood_equals_numpyro(data, samples):
     np.testing.assert_allclose(out["y"], ref["y"], rtol=1e-6, atol=1e-6)
 
     grouped = {k: v[:20].reshape(4, 5, *v.shape[1:]) for k, v in samples.items()}
-    by_chain = P.log_likelihood(mlp_regression, grouped, X, y, batch_size=6, chain_axis=True, parallel=True,
-                                hidden=HIDDEN)
+    by_chain = P.log_likelihood(
+        mlp_regression, grouped, X, y, batch_size=6, chain_axis=True, parallel=True, hidden=HIDDEN
+    )
     assert by_chain["y"].shape == (4, 5, X.shape[0])
     np.testing.assert_allclose(by_chain["y"].reshape(20, -1), ref["y"][:20], rtol=1e-6, atol=1e-6)
 
@@ -142,8 +169,9 @@ def test_subsample_plate_uses_all_rows(data, samples, reference):
         ll = P.log_likelihood(mlp_regression, samples, X, y, batch_size=8, hidden=HIDDEN, subsample_size=10)
     assert ll["y"].shape == ref.shape  # every row, not a minibatch of 10
     np.testing.assert_allclose(ll["y"], ref, rtol=1e-6, atol=1e-6)
-    out = P.predict(mlp_regression, samples, X, batch_size=8, rng_key=jax.random.PRNGKey(2), hidden=HIDDEN,
-                    subsample_size=10)
+    out = P.predict(
+        mlp_regression, samples, X, batch_size=8, rng_key=jax.random.PRNGKey(2), hidden=HIDDEN, subsample_size=10
+    )
     for name in reference:
         np.testing.assert_allclose(out[name], reference[name], rtol=1e-6, atol=1e-6)
 
@@ -158,8 +186,9 @@ def test_full_plate_model_leaves_full_batch_models_alone(data):
 def test_evaluate_regression_with_weights(data, samples):
     X, y = data
     plain = evaluate_regression(mlp_regression, samples, X, y, hidden=HIDDEN)
-    uniform = evaluate_regression(mlp_regression, samples, X, y, weights=np.full(NUM_SAMPLES, 1 / NUM_SAMPLES),
-                                    hidden=HIDDEN)
+    uniform = evaluate_regression(
+        mlp_regression, samples, X, y, weights=np.full(NUM_SAMPLES, 1 / NUM_SAMPLES), hidden=HIDDEN
+    )
     np.testing.assert_allclose(uniform, plain, rtol=1e-5)
     # all the weight on draw 3: the metrics of draw 3 alone
     one_hot = np.eye(NUM_SAMPLES)[3]
@@ -204,8 +233,9 @@ def test_predictive_probs_average_softmax_over_samples_in_chunks():
     shapes = {"w0": (3, 5), "b0": (5,), "w1": (5, 4), "b1": (4,)}
     samples = {k: rng.normal(size=(5, *s)).astype(np.float32) for k, s in shapes.items()}
     probs = predictive_probs(mlp_classification, samples, X, batch_size=2, num_classes=4, hidden=(5,))
-    manual = np.mean([jax.nn.softmax(mlp_apply({k: v[s] for k, v in samples.items()}, X), axis=-1)
-                      for s in range(5)], axis=0)
+    manual = np.mean(
+        [jax.nn.softmax(mlp_apply({k: v[s] for k, v in samples.items()}, X), axis=-1) for s in range(5)], axis=0
+    )
     np.testing.assert_allclose(probs, manual, rtol=1e-5, atol=1e-6)
     scores = evaluate_classification(mlp_classification, samples, X, y, num_classes=4, hidden=(5,))
     assert scores["lppd"] == pytest.approx(np.mean(np.log(manual[np.arange(7), y])), rel=1e-5)
@@ -225,20 +255,24 @@ def test_intervals_from_y_draws_hold_when_a_few_draws_have_a_huge_noise_scale():
     X = rng.normal(size=(2000, 2)).astype(np.float32)
     truth = X[:, 0] - 0.5 * X[:, 1]
     y = truth + 0.3 * rng.normal(size=2000)
-    w0 = np.array([[1, -1, 0, 0], [0, 0, 1, -1]], np.float32)        # relu(x0), relu(-x0), relu(x1), relu(-x1)
+    w0 = np.array([[1, -1, 0, 0], [0, 0, 1, -1]], np.float32)  # relu(x0), relu(-x0), relu(x1), relu(-x1)
     w1 = np.array([[1, 0], [-1, 0], [-0.5, 0], [0.5, 0]], np.float32)  # mu from them; log sigma from the bias
     S = 500
     sigma = np.full(S, 0.3, np.float32)
     sigma[rng.choice(S, 10, replace=False)] = 1e5
-    draws = dict(w0=np.broadcast_to(w0, (S, 2, 4)), b0=np.zeros((S, 4), np.float32),
-                 w1=np.broadcast_to(w1, (S, 4, 2)), b1=np.stack([np.zeros(S, np.float32), np.log(sigma)], 1))
+    draws = dict(
+        w0=np.broadcast_to(w0, (S, 2, 4)),
+        b0=np.zeros((S, 4), np.float32),
+        w1=np.broadcast_to(w1, (S, 4, 2)),
+        b1=np.stack([np.zeros(S, np.float32), np.log(sigma)], 1),
+    )
     out = P.predict(mlp_regression, draws, X, hidden=(4,), return_sites=["y", "mu"], rng_key=jax.random.PRNGKey(4))
     np.testing.assert_allclose(out["mu"][0], truth, rtol=1e-5, atol=1e-5)
     y_draws = out["y"]
     lo, hi = np.quantile(y_draws, [0.05, 0.95], axis=0)
     covered = metrics.coverage(y, y_draws, levels=(0.9,))[0.9]
-    assert abs(covered - 0.918) < 0.03, covered                        # se 0.006, plus the quantiles' own noise
-    assert np.all(hi - lo < 2 * 0.3 * 2.5), np.max(hi - lo)           # 2 x 1.741 x 0.3 = 1.04, not 1e5
+    assert abs(covered - 0.918) < 0.03, covered  # se 0.006, plus the quantiles' own noise
+    assert np.all(hi - lo < 2 * 0.3 * 2.5), np.max(hi - lo)  # 2 x 1.741 x 0.3 = 1.04, not 1e5
     mu_mean = P.predict(mlp_regression, draws, X, hidden=(4,), reduce="moments")["mu"].mean
-    assert metrics.rmse(y, mu_mean) < 0.33                             # the noise sd: as good as it gets
-    assert metrics.rmse(y, y_draws.mean(0)) > 100                      # the mean of the y draws: off by 1e5 / 50
+    assert metrics.rmse(y, mu_mean) < 0.33  # the noise sd: as good as it gets
+    assert metrics.rmse(y, y_draws.mean(0)) > 100  # the mean of the y draws: off by 1e5 / 50

@@ -33,9 +33,15 @@ def capped(code: str) -> str:
 
 
 def test_capping_keeps_small_budgets_and_shrinks_large_ones():
-    assert capped("f(num_warmup=50_000, num_samples=20, thinning=10)") == "f(num_warmup=200, num_samples=20, thinning=10)"
-    assert (capped("x = bde(m, p, X, key=jax.random.PRNGKey(3),\n  num_warmup=100, num_samples=200)\ny = f(num_samples=200)")
-            == "x = bde(m, p, X, key=jax.random.PRNGKey(3),\n  num_warmup=100, num_samples=50)\ny = f(num_samples=200)")
+    assert (
+        capped("f(num_warmup=50_000, num_samples=20, thinning=10)") == "f(num_warmup=200, num_samples=20, thinning=10)"
+    )
+    assert (
+        capped(
+            "x = bde(m, p, X, key=jax.random.PRNGKey(3),\n  num_warmup=100, num_samples=200)\ny = f(num_samples=200)"
+        )
+        == "x = bde(m, p, X, key=jax.random.PRNGKey(3),\n  num_warmup=100, num_samples=50)\ny = f(num_samples=200)"
+    )
 
 
 @pytest.mark.filterwarnings("ignore")

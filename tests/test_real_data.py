@@ -60,14 +60,20 @@ def mile_and_ensemble(X, y, task: str, seed: int):
         train, test = ((Xp, np.asarray(yp, np.int32)) for Xp, yp in (train, test))
         model, kwargs = mlp_classification, dict(num_classes=int(np.max(y)) + 1)
     kernel = MILE(model, ensemble_options=dict(progress_bar=False))
-    mcmc = MCMC(kernel, num_warmup=NUM_WARMUP, num_samples=NUM_SAMPLES, thinning=THINNING, num_chains=NUM_CHAINS,
-                chain_method="vectorized", progress_bar=False)
+    mcmc = MCMC(
+        kernel,
+        num_warmup=NUM_WARMUP,
+        num_samples=NUM_SAMPLES,
+        thinning=THINNING,
+        num_chains=NUM_CHAINS,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(seed), *train, **kwargs)
     assert len(kernel.ensembles) == 1  # pretrained inside init, one member per chain
     members = kernel.ensembles[0].samples
     if regression:
-        (rmse_de, lppd_de), (rmse, lppd) = (evaluate_regression(model, s, *test) for s in (members,
-                                                                                          mcmc.get_samples()))
+        (rmse_de, lppd_de), (rmse, lppd) = (evaluate_regression(model, s, *test) for s in (members, mcmc.get_samples()))
         return dict(lppd=lppd, lppd_de=lppd_de, error=rmse, error_de=rmse_de)
     de, mile = (evaluate_classification(model, s, *test, **kwargs) for s in (members, mcmc.get_samples()))
     return dict(lppd=mile["lppd"], lppd_de=de["lppd"], accuracy=mile["accuracy"], accuracy_de=de["accuracy"])

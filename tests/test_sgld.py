@@ -62,8 +62,14 @@ def z_scores(samples, mean, var):
 @functools.cache
 def minibatch_run():
     """SGLD on the minibatch conjugate model (shared with test_icsgld's zeta = 0 comparison)."""
-    mcmc = MCMC(SGLD(gaussian_mean, EPS, running_moments=True), num_warmup=500, num_samples=20_000, num_chains=4,
-                chain_method="vectorized", progress_bar=False)
+    mcmc = MCMC(
+        SGLD(gaussian_mean, EPS, running_moments=True),
+        num_warmup=500,
+        num_samples=20_000,
+        num_chains=4,
+        chain_method="vectorized",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(0), DATA, subsample_size=BATCH, extra_fields=("potential_energy", "step_size"))
     return mcmc
 
@@ -97,8 +103,14 @@ def test_minibatch_stationary_moments_running_moments_and_deterministic_sites():
 
 
 def test_full_batch_stationary_variance_sequential_chains():
-    mcmc = MCMC(SGLD(gaussian_mean, EPS), num_warmup=500, num_samples=20_000, num_chains=2,
-                chain_method="sequential", progress_bar=False)
+    mcmc = MCMC(
+        SGLD(gaussian_mean, EPS),
+        num_warmup=500,
+        num_samples=20_000,
+        num_chains=2,
+        chain_method="sequential",
+        progress_bar=False,
+    )
     mcmc.run(jax.random.PRNGKey(1), DATA)  # no subsample_size: full-batch gradients
     theta = np.asarray(mcmc.get_samples(group_by_chain=True)["theta"])
     mean, var, posterior_var = sgld_stationary_moments(DATA, EPS)
@@ -113,8 +125,9 @@ def test_psgld_with_polynomial_schedule():
     # a slowly moving RMSprop average: the ignored Gamma term is then negligible (with the default
     # decay 0.99, V follows the gradient of this 1-d chain and the variance comes out ~50% too large)
     kernel = SGLD(gaussian_mean, schedule=schedule, preconditioner="rmsprop", rmsprop_decay=0.999)
-    mcmc = MCMC(kernel, num_warmup=1000, num_samples=20_000, num_chains=4, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(
+        kernel, num_warmup=1000, num_samples=20_000, num_chains=4, chain_method="vectorized", progress_bar=False
+    )
     mcmc.run(jax.random.PRNGKey(2), DATA, extra_fields=("step_size",))
     step_size = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["step_size"])
     k = np.arange(1000, 21_000)
@@ -173,10 +186,15 @@ def prior_lppd(X_test, y_test, num_draws=400):
 def test_bnn_on_yacht_beats_its_prior_and_converts_to_arviz():
     (X_train, y_train), (X_test, y_test) = yacht_split()
     kernel = SGLD(mlp_regression, 1e-4, init_strategy=init_to_uniform(radius=0.1))
-    mcmc = MCMC(kernel, num_warmup=1500, num_samples=500, num_chains=4, chain_method="vectorized",
-                progress_bar=False)
-    mcmc.run(jax.random.PRNGKey(0), X_train, y_train, hidden=HIDDEN, subsample_size=32,
-             extra_fields=("potential_energy", "num_nans"))
+    mcmc = MCMC(kernel, num_warmup=1500, num_samples=500, num_chains=4, chain_method="vectorized", progress_bar=False)
+    mcmc.run(
+        jax.random.PRNGKey(0),
+        X_train,
+        y_train,
+        hidden=HIDDEN,
+        subsample_size=32,
+        extra_fields=("potential_energy", "num_nans"),
+    )
     assert int(np.sum(mcmc.get_extra_fields()["num_nans"][-1])) == 0
     idata = to_inference_data(mcmc, test=(X_test, y_test), prediction_sites=())
     assert idata.log_likelihood["y"].shape == (4, 500, len(y_test))
@@ -228,8 +246,9 @@ def test_rejected_steps_are_counted_and_reported_after_the_run():
 
     kernel = SGLD(quartic, 0.1)
     mcmc = MCMC(kernel, num_warmup=0, num_samples=20, num_chains=2, chain_method="vectorized", progress_bar=False)
-    mcmc.run(jax.random.PRNGKey(0), jnp.zeros(()), init_params={"theta": jnp.array([20.0, 0.1])},
-             extra_fields=("num_nans",))
+    mcmc.run(
+        jax.random.PRNGKey(0), jnp.zeros(()), init_params={"theta": jnp.array([20.0, 0.1])}, extra_fields=("num_nans",)
+    )
     nans = np.asarray(mcmc.last_state.num_nans)
     assert nans[0] > 0 and nans[1] == 0  # only the chain started far out rejects its steps
     assert np.all(np.isfinite(mcmc.get_samples()["theta"]))
@@ -263,8 +282,11 @@ def test_model_without_a_subsampled_plate_warns_at_the_users_line(kernel_name):
 
     from numpyro_mile import ICSGLD
 
-    kernel = SGLD(gaussian_mean, 1e-3) if kernel_name == "SGLD" else ICSGLD(
-        gaussian_mean, 1e-3, zeta=1.0, num_bins=10, bin_width=10.0, min_energy=0.0)
+    kernel = (
+        SGLD(gaussian_mean, 1e-3)
+        if kernel_name == "SGLD"
+        else ICSGLD(gaussian_mean, 1e-3, zeta=1.0, num_bins=10, bin_width=10.0, min_energy=0.0)
+    )
     mcmc = MCMC(kernel, num_warmup=5, num_samples=5, num_chains=2, chain_method="vectorized", progress_bar=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

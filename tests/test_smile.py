@@ -90,8 +90,9 @@ def _synthetic_run(settings, num_chains=64, num_steps=3000, shape=2.0, perturb=l
             eps, reset, stats = tuner.tune(stats, x, eps, settings)
             return (stats, eps), reset
 
-        (_, eps), resets = jax.lax.scan(body, (tuner.init_stats(), jnp.float32(1.0)),
-                                        (jnp.arange(num_steps), jax.random.split(key, num_steps)))
+        (_, eps), resets = jax.lax.scan(
+            body, (tuner.init_stats(), jnp.float32(1.0)), (jnp.arange(num_steps), jax.random.split(key, num_steps))
+        )
         return eps, resets
 
     eps, resets = jax.jit(jax.vmap(chain))(jax.random.split(jax.random.PRNGKey(0), num_chains))
@@ -114,7 +115,7 @@ def test_step_size_holds_when_the_energy_error_is_gaussian_noise():
     """|dE| = |N(0, 1)| (Gaussian minibatch noise, independent of the step size; the regime of a BNN's
     minibatch energies) has more mass near 0 and a lighter upper tail than the Gamma of its mean and variance:
     7.4 % of the draws fall below that Gamma's a/3 quantile and 6.8 % above its 1 - 2a/3 quantile, a drift
-    of +0.22 over 3,000 steps where symmetric tails drift +2.7 (the over-dispersion of issue #30). """
+    of +0.22 over 3,000 steps where symmetric tails drift +2.7 (the over-dispersion of issue #30)."""
     settings = tuner.TunerSettings(reset_quantile=0.98, adapt_prob=0.1, adapt_strength=0.02)
     log_eps, resets = _synthetic_run(settings, draw=lambda key: jnp.abs(jax.random.normal(key)))
     rng = np.random.default_rng(0)
@@ -152,11 +153,19 @@ def _gaussian_state(x, config_precondition=False, step_size=0.05, seed=0):
     grad = -x / STDS**2
     ones = jnp.ones((n, d)) if config_precondition else None
     return SMILEState(
-        i=jnp.asarray(0), z={"x": jnp.asarray(x)}, momentum=jnp.zeros((n, d)),
-        logdensity=-0.5 * jnp.sum(x**2 / STDS**2, axis=1), logdensity_grad=jnp.asarray(grad),
-        step_size=jnp.full((n,), step_size, jnp.float32), stats=jax.vmap(lambda _: tuner.init_stats())(jnp.arange(n)),
-        energy_change=jnp.zeros((n,)), reset=jnp.zeros((n,), bool), num_resets=jnp.zeros((n,), jnp.int32),
-        num_nans=jnp.zeros((n,), jnp.int32), grad_mean=ones, grad_var=ones,
+        i=jnp.asarray(0),
+        z={"x": jnp.asarray(x)},
+        momentum=jnp.zeros((n, d)),
+        logdensity=-0.5 * jnp.sum(x**2 / STDS**2, axis=1),
+        logdensity_grad=jnp.asarray(grad),
+        step_size=jnp.full((n,), step_size, jnp.float32),
+        stats=jax.vmap(lambda _: tuner.init_stats())(jnp.arange(n)),
+        energy_change=jnp.zeros((n,)),
+        reset=jnp.zeros((n,), bool),
+        num_resets=jnp.zeros((n,), jnp.int32),
+        num_nans=jnp.zeros((n,), jnp.int32),
+        grad_mean=ones,
+        grad_var=ones,
         rng_key=jax.random.split(jax.random.PRNGKey(seed), n),
     )
 
@@ -292,7 +301,6 @@ def test_anisotropic_noise_biases_and_the_preconditioner_removes_most_of_it():
     assert _bias(pre) < 0.2 and _bias(pre) < _bias(plain) / 3
 
 
-
 def test_preconditioner_floor_bounds_the_drift_of_quiet_coordinates():
     """A coordinate with ~1e5 times less gradient noise than the rest (a weight of an inactive unit): the
     reference scale (RMS 1, no floor) lets it drift ~1e5 eps in one step; the floor (0.1) bounds it by 10 eps."""
@@ -308,8 +316,10 @@ def test_preconditioner_floor_bounds_the_drift_of_quiet_coordinates():
         """Drift of the quiet coordinate in one step, in units of eps, moving along it where the potential is
         flat (the kicks then leave the velocity alone)."""
         config = SMILEConfig(10, NAIVE, True, False, None, min_scale)
-        state = jax.tree.map(lambda a: a[0], _gaussian_state(np.zeros((1, 10), np.float32), True, eps)
-                             ._replace(i=jnp.zeros(1, jnp.int32)))
+        state = jax.tree.map(
+            lambda a: a[0],
+            _gaussian_state(np.zeros((1, 10), np.float32), True, eps)._replace(i=jnp.zeros(1, jnp.int32)),
+        )
         state = state._replace(momentum=jnp.zeros(10).at[-1].set(1.0), grad_var=grad_var, grad_mean=jnp.zeros(10))
         moved = smile_step(state, lambda z, key: 0.5 * jnp.sum(z["x"][:-1] ** 2), config)
         assert not bool(moved.reset)
@@ -317,6 +327,7 @@ def test_preconditioner_floor_bounds_the_drift_of_quiet_coordinates():
 
     assert quiet_move(0.1) == pytest.approx(10.0, rel=1e-4)
     assert quiet_move(0.0) == pytest.approx(1.0 / float(reference[-1]), rel=1e-3)
+
 
 # ---------------------------------------------------------------------------------------------- through MCMC
 def linear_regression(X, y=None, subsample_size=None):
@@ -330,8 +341,7 @@ def test_kernel_runs_through_mcmc_and_reports():
     X = rng.normal(size=(2000, 3)).astype(np.float32)
     y = (X @ np.array([1.0, -1.0, 0.5]) + rng.normal(size=2000)).astype(np.float32)
     kernel = SMILE(linear_regression, 5e-3, precondition=True, ensemble_options=dict(max_epochs=20, progress_bar=False))
-    mcmc = MCMC(kernel, num_warmup=1000, num_samples=1000, num_chains=2, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(kernel, num_warmup=1000, num_samples=1000, num_chains=2, chain_method="vectorized", progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), X, y, subsample_size=100, extra_fields=("step_size", "num_resets", "reset"))
     w = np.asarray(mcmc.get_samples()["w"])
     # posterior mean within a few posterior sds (~1/sqrt(2000)) of the least-squares fit (a loose smoke check)
@@ -345,10 +355,14 @@ def test_kernel_runs_through_mcmc_and_reports():
     assert int(np.asarray(mcmc.last_state.num_resets).max()) < 0.2 * 2000
     # sequential chains give the same draws as vectorized ones
     assert len(kernel.ensembles) == 1 and kernel.ensembles[0].train_loss.shape[0] == 2  # started from 2 members
-    seq = MCMC(SMILE(linear_regression, 5e-3, precondition=True, ensemble_options=dict(max_epochs=20,
-                                                                                     progress_bar=False)),
-               num_warmup=1000, num_samples=1000, num_chains=2,
-               chain_method="sequential", progress_bar=False)
+    seq = MCMC(
+        SMILE(linear_regression, 5e-3, precondition=True, ensemble_options=dict(max_epochs=20, progress_bar=False)),
+        num_warmup=1000,
+        num_samples=1000,
+        num_chains=2,
+        chain_method="sequential",
+        progress_bar=False,
+    )
     seq.run(jax.random.PRNGKey(0), X, y, subsample_size=100)
     np.testing.assert_allclose(np.asarray(seq.get_samples()["w"]), w, atol=1e-3)
     idata = to_inference_data(mcmc)
@@ -356,13 +370,19 @@ def test_kernel_runs_through_mcmc_and_reports():
 
 
 def test_bad_settings_raise():
-    for bad in [dict(step_size=0.0), dict(reset_quantile=0.0), dict(adapt_prob=1.0), dict(smoothing=0.0),
-                dict(L=-1.0), dict(min_scale=-0.1), dict(min_scale=2.0)]:
+    for bad in [
+        dict(step_size=0.0),
+        dict(reset_quantile=0.0),
+        dict(adapt_prob=1.0),
+        dict(smoothing=0.0),
+        dict(L=-1.0),
+        dict(min_scale=-0.1),
+        dict(min_scale=2.0),
+    ]:
         with pytest.raises(ValueError):
             SMILE(linear_regression, **bad)
     with pytest.raises(ValueError, match="callable"):
         SMILE(None)
-
 
 
 def test_a_step_size_at_its_bound_is_reported_per_chain():
@@ -387,17 +407,32 @@ def test_run_chunked_resumes_smile_bit_for_bit(tmp_path):
     y = X @ jnp.array([1.0, -1.0, 0.5]) + jnp.asarray(rng.normal(size=500), jnp.float32)
 
     def make():
-        return MCMC(SMILE(linear_regression, 5e-3, precondition=True, pretrain=False), num_warmup=60, num_samples=40, num_chains=2,
-                    chain_method="vectorized", progress_bar=False)
+        return MCMC(
+            SMILE(linear_regression, 5e-3, precondition=True, pretrain=False),
+            num_warmup=60,
+            num_samples=40,
+            num_chains=2,
+            chain_method="vectorized",
+            progress_bar=False,
+        )
 
     whole = make()
     whole.run(jax.random.PRNGKey(3), X, y, subsample_size=50)
     stops = []
-    out = run_chunked(make(), jax.random.PRNGKey(3), X, y, subsample_size=50, checkpoint_path=tmp_path / "s.ckpt",
-                      chunk_size=25, callback=lambda p: stops.append(p.step) or len(stops) == 2)  # stop mid-warmup
+    out = run_chunked(
+        make(),
+        jax.random.PRNGKey(3),
+        X,
+        y,
+        subsample_size=50,
+        checkpoint_path=tmp_path / "s.ckpt",
+        chunk_size=25,
+        callback=lambda p: stops.append(p.step) or len(stops) == 2,
+    )  # stop mid-warmup
     assert not out.finished and out.step == 50
-    out = run_chunked(make(), jax.random.PRNGKey(3), X, y, subsample_size=50, checkpoint_path=tmp_path / "s.ckpt",
-                      chunk_size=25)
+    out = run_chunked(
+        make(), jax.random.PRNGKey(3), X, y, subsample_size=50, checkpoint_path=tmp_path / "s.ckpt", chunk_size=25
+    )
     assert out.finished
     np.testing.assert_array_equal(out.get_samples()["w"], np.asarray(whole.get_samples()["w"]))
 
@@ -426,15 +461,27 @@ def test_bias_grows_as_the_batch_shrinks_and_the_preconditioner_reduces_it():
         grad0 = jax.vmap(jax.grad(lambda w: -potential({"w": w}, jax.random.PRNGKey(0))))(w0)
         ones = jnp.ones((chains, d)) if precondition else None
         state = SMILEState(
-            jnp.asarray(0), {"w": w0}, jnp.zeros((chains, d)), jnp.zeros(chains), grad0,
-            jnp.full((chains,), 1e-3, jnp.float32), jax.vmap(lambda _: tuner.init_stats())(jnp.arange(chains)),
-            jnp.zeros(chains), jnp.zeros(chains, bool), jnp.zeros(chains, jnp.int32), jnp.zeros(chains, jnp.int32),
-            ones, ones, jax.random.split(jax.random.PRNGKey(1), chains))
+            jnp.asarray(0),
+            {"w": w0},
+            jnp.zeros((chains, d)),
+            jnp.zeros(chains),
+            grad0,
+            jnp.full((chains,), 1e-3, jnp.float32),
+            jax.vmap(lambda _: tuner.init_stats())(jnp.arange(chains)),
+            jnp.zeros(chains),
+            jnp.zeros(chains, bool),
+            jnp.zeros(chains, jnp.int32),
+            jnp.zeros(chains, jnp.int32),
+            ones,
+            ones,
+            jax.random.split(jax.random.PRNGKey(1), chains),
+        )
         step = jax.vmap(lambda s: smile_step(s, potential, config), in_axes=(AXES,), out_axes=AXES)
 
         @jax.jit
         def run(s):
             s = jax.lax.fori_loop(0, burn, lambda _, s: step(s), s)
+
             def body(s, _):
                 s = step(s)
                 return s, s.z["w"]
@@ -462,8 +509,9 @@ def test_default_path_samples_a_conjugate_regression(precondition, design):
     #30 gave 2.6-4.9 here; pSMILE without its scale (plain SMILE) 0.35-2.08 on the heavy-tailed design."""
     X, y, mean, cov = conjugate_regression(design)
     kernel = SMILE(conjugate_linear_regression, precondition=precondition, ensemble_options=dict(progress_bar=False))
-    mcmc = MCMC(kernel, num_warmup=3000, num_samples=10_000, num_chains=8, chain_method="vectorized",
-                progress_bar=False)
+    mcmc = MCMC(
+        kernel, num_warmup=3000, num_samples=10_000, num_chains=8, chain_method="vectorized", progress_bar=False
+    )
     mcmc.run(jax.random.PRNGKey(0), X, y, subsample_size=256, extra_fields=("reset",))
     assert len(kernel.ensembles) == 1  # the default path pretrained
     draws = np.asarray(mcmc.get_samples(group_by_chain=True)["w"])

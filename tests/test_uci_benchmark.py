@@ -38,7 +38,8 @@ def test_tiny_run_schema_and_resume(tmp_path, monkeypatch):
     mile, bde = rows[1], rows[2]
     seconds, compile_s = float(mile["sampler_seconds"]), float(mile["compile_seconds"])
     assert float(mile["projected_seconds"]) == pytest.approx(
-        min(seconds, compile_s) + max(seconds - compile_s, 0) * 10, abs=2e-3)
+        min(seconds, compile_s) + max(seconds - compile_s, 0) * 10, abs=2e-3
+    )
     assert "(projected to 1200 steps)" in mile["budget"]
     assert bde["budget"] == "5+5 on 1 of 2 chains (projected to 2 chains x 10+10)"
     seconds, compile_s = float(bde["sampler_seconds"]), float(bde["compile_seconds"])
@@ -61,9 +62,24 @@ def test_scaling_exponent_fit_and_table():
     sizes = [100.0, 400.0, 1600.0]
     slope, intercept = scaling.fit_exponent(sizes, [3.0 * s**1.5 for s in sizes])
     assert slope == pytest.approx(1.5) and intercept == pytest.approx(np.log(3.0))
-    rows = [dict(sweep="width", dataset="bikesharing", width=str(w), train_rows="100", num_params=str(d), method=m,
-                 budget="b", seconds="1", cpu_seconds="1", projected_seconds=str(t), rmse="0.5", lppd="0.1")
-            for w, d, t_mile in ((4, 100, 10.0), (8, 400, 40.0)) for m, t in (("MILE", t_mile), ("BDE", 20 * t_mile))]
+    rows = [
+        dict(
+            sweep="width",
+            dataset="bikesharing",
+            width=str(w),
+            train_rows="100",
+            num_params=str(d),
+            method=m,
+            budget="b",
+            seconds="1",
+            cpu_seconds="1",
+            projected_seconds=str(t),
+            rmse="0.5",
+            lppd="0.1",
+        )
+        for w, d, t_mile in ((4, 100, 10.0), (8, 400, 40.0))
+        for m, t in (("MILE", t_mile), ("BDE", 20 * t_mile))
+    ]
     table = scaling.summarise(rows)
     assert "MILE: projected time ~ d^1.00" in table and "BDE: projected time ~ d^1.00" in table
     assert table.count("| 20.0 |") == 4  # BDE / MILE ratio on every row

@@ -37,5 +37,12 @@ from .laplace import empirical_fisher_diag, fit_laplace, prior_precision_diag
 from .map import fit_map
 from .vi import fit_vi
 
-__all__ = ["ApproxPosterior", "empirical_fisher_diag", "fit_laplace", "fit_map", "fit_mc_dropout", "fit_vi",
-           "prior_precision_diag"]
+__all__ = [
+    "ApproxPosterior",
+    "empirical_fisher_diag",
+    "fit_laplace",
+    "fit_map",
+    "fit_mc_dropout",
+    "fit_vi",
+    "prior_precision_diag",
+]

@@ -30,7 +30,6 @@ from ..ensemble import init_member_params
 from ..minibatch import MinibatchModel, draw_indices
 
 
-
 class ApproxPosterior(NamedTuple):
     """A fitted approximate posterior over the unconstrained latent values of a model.
 
@@ -109,8 +108,9 @@ def _draw(rng_key, loc: dict, scale: dict, anchor, drop_prob, nst: int) -> dict:
         probs = ravel_pytree({k: jnp.full(jnp.shape(loc[k]), drop_prob[k]) for k in loc})[0]
         if bool(jnp.any(probs > 0)):
             dropped = jax.random.uniform(mask_key, flat.shape) < probs
-            flat = jnp.where(dropped, ravel_pytree({k: jnp.broadcast_to(anchor[k], jnp.shape(loc[k])) for k in loc})[0],
-                             flat)
+            flat = jnp.where(
+                dropped, ravel_pytree({k: jnp.broadcast_to(anchor[k], jnp.shape(loc[k])) for k in loc})[0], flat
+            )
     return jax.vmap(unravel)(flat)
 
 
@@ -152,8 +152,14 @@ class Problem:
     :param method: name used in error messages.
     """
 
-    def __init__(self, model: Callable, model_args: tuple, model_kwargs: dict, method: str,
-                 plate_name: str = model_utils.DATA_PLATE):
+    def __init__(
+        self,
+        model: Callable,
+        model_args: tuple,
+        model_kwargs: dict,
+        method: str,
+        plate_name: str = model_utils.DATA_PLATE,
+    ):
         self.model, self.args, self.kwargs, self.method = model, tuple(model_args), dict(model_kwargs), method
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=model_utils.SUBSAMPLE_MISMATCH)
@@ -194,21 +200,31 @@ class Problem:
         """User ``init_params`` (unconstrained, checked) or a LeCun-normal start as in the deep ensemble."""
         if init_params is None:
             return init_member_params(rng_key, self.trace)
-        return check_init_params(init_params, self.minibatch.latent_shapes, dtype=jnp.result_type(float),
-                                 hint="one member: index a deep ensemble's init_params, e.g. {k: v[0] for k, v in ...}")
+        return check_init_params(
+            init_params,
+            self.minibatch.latent_shapes,
+            dtype=jnp.result_type(float),
+            hint="one member: index a deep ensemble's init_params, e.g. {k: v[0] for k, v in ...}",
+        )
 
     # -- densities --------------------------------------------------------------------------
     def log_likelihood(self, unconstrained: dict, rng_key) -> jax.Array:
         """Log-likelihood of all observed sites, on a fresh minibatch when the plate subsamples
         (scaled by ``N / n``: an unbiased estimate of the full-data value)."""
         indices = draw_indices(self.minibatch.plates, rng_key)
-        return model_utils.observed_log_likelihood(self.model, self.args, self.kwargs, self.constrain(unconstrained),
-                                          indices or None)
+        return model_utils.observed_log_likelihood(
+            self.model, self.args, self.kwargs, self.constrain(unconstrained), indices or None
+        )
 
     def row_log_likelihood(self, unconstrained: dict, index) -> jax.Array:
         """``log p(y_i | theta)`` of the single row ``index`` (an integer scalar)."""
-        scaled = model_utils.observed_log_likelihood(self.model, self.args, self.kwargs, self.constrain(unconstrained),
-                                            {self.plate_name: jnp.reshape(index, (1,))})
+        scaled = model_utils.observed_log_likelihood(
+            self.model,
+            self.args,
+            self.kwargs,
+            self.constrain(unconstrained),
+            {self.plate_name: jnp.reshape(index, (1,))},
+        )
         return scaled / self.num_data  # the plate scales one row by N
 
     def prior_potential(self, unconstrained: dict) -> jax.Array:
@@ -223,8 +239,9 @@ class Problem:
         return {name: jnp.sum(trace[name]["fn"].log_prob(trace[name]["value"])) for name in self.sites}
 
 
-def optimize(loss_fn: Callable, params: dict, optimizer: optax.GradientTransformation, num_steps: int,
-             rng_key) -> tuple[dict, np.ndarray, float, float]:
+def optimize(
+    loss_fn: Callable, params: dict, optimizer: optax.GradientTransformation, num_steps: int, rng_key
+) -> tuple[dict, np.ndarray, float, float]:
     """Minimise ``loss_fn(params, key)`` with ``optimizer`` for ``num_steps`` steps (one jit-compiled scan).
 
     :return: ``(params, losses, wall seconds, CPU seconds)``; ``losses`` has shape ``(num_steps,)``.

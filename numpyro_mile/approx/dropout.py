@@ -149,7 +149,12 @@ def fit_mc_dropout(
     params = problem.init_params(init_key, init_params)
     optimizer = optax.adam(1e-3) if optimizer is None else optimizer
     params, losses, seconds, cpu = optimize(loss, params, optimizer, num_steps, run_key)
-    return ApproxPosterior("mc_dropout", params, jax.tree.map(jnp.zeros_like, params), anchor, drop,
-                           problem.constrain,
-                           dict(losses=losses, seconds=seconds, cpu_seconds=cpu, bias=bias, kl_discount=kl_discount,
-                                kl_weight=kl_weight))
+    return ApproxPosterior(
+        "mc_dropout",
+        params,
+        jax.tree.map(jnp.zeros_like, params),
+        anchor,
+        drop,
+        problem.constrain,
+        dict(losses=losses, seconds=seconds, cpu_seconds=cpu, bias=bias, kl_discount=kl_discount, kl_weight=kl_weight),
+    )

@@ -54,8 +54,9 @@ def empirical_fisher_diag(problem: Problem, params: dict, chunk_size: int = 256)
         def body(total, idx):
             valid = idx < n
             grads = per_example(params, jnp.where(valid, idx, 0))
-            sq = jax.tree.map(lambda g: jnp.sum(jnp.where(valid.reshape((-1,) + (1,) * (g.ndim - 1)), g**2, 0.0),
-                                                axis=0), grads)
+            sq = jax.tree.map(
+                lambda g: jnp.sum(jnp.where(valid.reshape((-1,) + (1,) * (g.ndim - 1)), g**2, 0.0), axis=0), grads
+            )
             return jax.tree.map(jnp.add, total, sq), None
 
         total, _ = jax.lax.scan(body, jax.tree.map(jnp.zeros_like, params), rows)
@@ -130,8 +131,9 @@ def fit_laplace(
         num_steps = check_steps(num_steps)
         params = problem.init_params(init_key, init_params)
         optimizer = optax.adam(1e-3) if optimizer is None else optimizer
-        params, losses, seconds, cpu = optimize(map_objective(problem, data_inflation), params, optimizer,
-                                                num_steps, run_key)
+        params, losses, seconds, cpu = optimize(
+            map_objective(problem, data_inflation), params, optimizer, num_steps, run_key
+        )
         info.update(losses=losses, map_seconds=seconds, map_cpu_seconds=cpu)
     else:
         params = problem.init_params(init_key, map_params)
@@ -147,8 +149,12 @@ def fit_laplace(
             f"fit_laplace: the precision of sites {bad} is not positive and finite; give every site a proper prior "
             "with positive curvature (e.g. a Normal prior) or check the MAP for NaNs."
         )
-    info.update(fisher=fisher, prior_precision=prior, precision=precision,
-                seconds=info["map_seconds"] + time.perf_counter() - wall,
-                cpu_seconds=info["map_cpu_seconds"] + time.process_time() - cpu)
+    info.update(
+        fisher=fisher,
+        prior_precision=prior,
+        precision=precision,
+        seconds=info["map_seconds"] + time.perf_counter() - wall,
+        cpu_seconds=info["map_cpu_seconds"] + time.process_time() - cpu,
+    )
     scale = jax.tree.map(lambda p: 1.0 / jnp.sqrt(p), precision)
     return ApproxPosterior("laplace", params, scale, None, None, problem.constrain, info)

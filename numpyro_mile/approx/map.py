@@ -79,7 +79,15 @@ def fit_map(
     init_key, run_key = jax.random.split(rng_key)
     params = problem.init_params(init_key, init_params)
     optimizer = optax.adam(1e-3) if optimizer is None else optimizer
-    params, losses, seconds, cpu = optimize(map_objective(problem, data_inflation), params, optimizer, num_steps,
-                                            run_key)
-    return ApproxPosterior("map", params, jax.tree.map(jnp.zeros_like, params), None, None, problem.constrain,
-                           dict(losses=losses, seconds=seconds, cpu_seconds=cpu, data_inflation=data_inflation))
+    params, losses, seconds, cpu = optimize(
+        map_objective(problem, data_inflation), params, optimizer, num_steps, run_key
+    )
+    return ApproxPosterior(
+        "map",
+        params,
+        jax.tree.map(jnp.zeros_like, params),
+        None,
+        None,
+        problem.constrain,
+        dict(losses=losses, seconds=seconds, cpu_seconds=cpu, data_inflation=data_inflation),
+    )

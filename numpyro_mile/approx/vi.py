@@ -113,6 +113,12 @@ def fit_vi(
     seconds, cpu = time.perf_counter() - wall, time.process_time() - cpu
     loc = {name: result.params[f"{name}_{guide.prefix}_loc"] for name in problem.sites}
     scale = {name: result.params[f"{name}_{guide.prefix}_scale"] for name in problem.sites}
-    info = dict(losses=jax.device_get(result.losses), seconds=seconds, cpu_seconds=cpu, kl_discount=kl_discount,
-                scale_link=scale_link, svi_params=result.params)
+    info = dict(
+        losses=jax.device_get(result.losses),
+        seconds=seconds,
+        cpu_seconds=cpu,
+        kl_discount=kl_discount,
+        scale_link=scale_link,
+        svi_params=result.params,
+    )
     return ApproxPosterior("vi", loc, scale, None, None, problem.constrain, info)

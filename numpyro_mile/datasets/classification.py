@@ -60,8 +60,14 @@ def digits(*, seed: int = 0, images: bool = False, fractions=(0.7, 0.1, 0.2)) ->
     return _labels(parts)
 
 
-def mnist1d(*, seed: int = 0, num_samples: int = 4000, channel_axis: bool = False, fractions=(0.7, 0.1, 0.2),
-            generator_seed: int = 42) -> Split:
+def mnist1d(
+    *,
+    seed: int = 0,
+    num_samples: int = 4000,
+    channel_axis: bool = False,
+    fractions=(0.7, 0.1, 0.2),
+    generator_seed: int = 42,
+) -> Split:
     """MNIST-1D (Greydanus 2020), generated locally from the ``mnist1d`` package's templates.
 
     Nothing is downloaded: the package's generator turns its ten built-in templates into

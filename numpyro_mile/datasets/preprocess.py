@@ -77,9 +77,7 @@ class Standardizer(NamedTuple):
 def _check_fractions(fractions) -> tuple[float, float, float]:
     values = tuple(float(f) for f in fractions)
     if len(values) != 3:
-        raise ValueError(
-            f"fractions must have three entries (train, val, test), got {len(values)}: {values}."
-        )
+        raise ValueError(f"fractions must have three entries (train, val, test), got {len(values)}: {values}.")
     if not all(math.isfinite(f) and f > 0 for f in values):
         raise ValueError(f"fractions must all be positive, got {values}.")
     if abs(sum(values) - 1.0) > _FRACTION_TOL:
@@ -142,9 +140,7 @@ def _fit(data: Split, stats: str, standardize_y: bool) -> Standardizer:
     return Standardizer.fit(X, y if standardize_y else None)
 
 
-def standardize(
-    data: Split, *, stats: str = "train", standardize_y: bool = True
-) -> tuple[Split, Standardizer]:
+def standardize(data: Split, *, stats: str = "train", standardize_y: bool = True) -> tuple[Split, Standardizer]:
     """Standardise every part of a split with one set of column means and stds.
 
     :param data: a :class:`Split` from :func:`split`.

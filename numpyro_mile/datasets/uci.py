@@ -152,13 +152,10 @@ def _read_table(path: Path) -> np.ndarray:
     try:
         table = np.loadtxt(path, dtype=np.float64, ndmin=2)
     except ValueError as err:
-        raise ValueError(
-            f"Could not parse {path} as a whitespace-separated numeric table: {err}"
-        ) from err
+        raise ValueError(f"Could not parse {path} as a whitespace-separated numeric table: {err}") from err
     if table.shape[0] == 0 or table.shape[1] < 2:
         raise ValueError(
-            f"{path} must hold at least one row and two columns (features, then the target); "
-            f"got shape {table.shape}."
+            f"{path} must hold at least one row and two columns (features, then the target); got shape {table.shape}."
         )
     return table
 
@@ -209,9 +206,7 @@ def _checksum_error(name: str, expected: str, actual: str, source: str) -> Value
 
 def _fetch_verified(url: str, target: Path, expected: str, name: str, timeout: float) -> None:
     """Stream ``url`` to a temporary file next to ``target``, check sha256, rename atomically."""
-    handle = tempfile.NamedTemporaryFile(
-        dir=target.parent, prefix=f".{target.name}.", suffix=".part", delete=False
-    )
+    handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".part", delete=False)
     tmp = Path(handle.name)
     try:
         digest = hashlib.sha256()

@@ -51,9 +51,11 @@ def rejected_steps_message(kernel_name: str, num_nans, advice: str) -> str | Non
     nans = np.atleast_1d(np.asarray(num_nans))
     if nans.sum() == 0:
         return None
-    return (f"{kernel_name} rejected {int(nans.sum())} step(s) (over all chains; per chain {nans.tolist()}) because "
-            "the energy, gradient or position became NaN or infinite; each time the chain stayed at its previous "
-            f"position. {advice}")
+    return (
+        f"{kernel_name} rejected {int(nans.sum())} step(s) (over all chains; per chain {nans.tolist()}) because "
+        "the energy, gradient or position became NaN or infinite; each time the chain stayed at its previous "
+        f"position. {advice}"
+    )
 
 
 def chain_axes(state_type, shared: tuple[str, ...] = ("i", "data")):
@@ -134,10 +136,13 @@ class ChainKernel(MCMCKernel):
         settings = self.settings()
         missing = [name for name in config_type._fields if name not in settings and name not in run_values]
         if missing:
-            raise TypeError(f"{config_type.__name__} field(s) {missing} are neither settings of {self.kernel_name} "
-                            "(setting_names) nor run values passed to config().")
-        return config_type(**{name: settings[name] for name in config_type._fields if name not in run_values},
-                           **run_values)
+            raise TypeError(
+                f"{config_type.__name__} field(s) {missing} are neither settings of {self.kernel_name} "
+                "(setting_names) nor run values passed to config()."
+            )
+        return config_type(
+            **{name: settings[name] for name in config_type._fields if name not in run_values}, **run_values
+        )
 
     def replace(self, **changes) -> ChainKernel:
         """A new kernel made with this one's constructor arguments, ``changes`` (constructor keyword arguments)
@@ -216,8 +221,12 @@ class ChainKernel(MCMCKernel):
         ``post_warmup_state``) the given ones."""
         model_kwargs = model_kwargs or {}
         data = getattr(state, "data", None)
-        if (data is not None and self._data is not None and len(data) == len(self._data.ids)
-                and _programs.same_data(self._data, model_args, model_kwargs)):
+        if (
+            data is not None
+            and self._data is not None
+            and len(data) == len(self._data.ids)
+            and _programs.same_data(self._data, model_args, model_kwargs)
+        ):
             return _programs.join_data(self._data.key, data)
         return tuple(model_args), model_kwargs
 

@@ -23,8 +23,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-__all__ = ["RunningMoments", "as_schedule", "chain_keys", "langevin_move", "polynomial_schedule", "sgld_transition",
-           "welford"]
+__all__ = [
+    "RunningMoments",
+    "as_schedule",
+    "chain_keys",
+    "langevin_move",
+    "polynomial_schedule",
+    "sgld_transition",
+    "welford",
+]
 
 
 # ---------------------------------------------------------------------------------------------- running moments
@@ -67,14 +74,25 @@ def langevin_move(z, grad, step_size, temperature, noise_key, multiplier=1.0, pr
     return unravel(new)
 
 
-def sgld_transition(rng_key, z, energy, grad, potential: Callable, step_size, temperature, multiplier=1.0,
-                    preconditioner=None, draw_minibatch: Callable | None = None):
+def sgld_transition(
+    rng_key,
+    z,
+    energy,
+    grad,
+    potential: Callable,
+    step_size,
+    temperature,
+    multiplier=1.0,
+    preconditioner=None,
+    draw_minibatch: Callable | None = None,
+):
     """One (p)SGLD step of one chain, from a position with its minibatch energy and gradient.
 
     Splits ``rng_key`` with :func:`chain_keys`, moves ``z`` (:func:`langevin_move`, with the
     gradient multiplied by ``multiplier``), and evaluates ``value_and_grad(potential)`` at the
     new position on a fresh minibatch: ``potential(z, draw_minibatch(key))`` (the kernels draw the plates' row
-    indices), or ``potential(z, key)`` when ``draw_minibatch`` is ``None``. A non-finite energy, gradient or position is rejected:
+    indices), or ``potential(z, key)`` when ``draw_minibatch`` is ``None``. A non-finite energy, gradient or
+    position is rejected:
     the inputs are returned. Works on the flattened position (one select per array instead of
     one per site). Returns ``(next key, z, energy, grad, accepted)``.
     """
@@ -87,8 +105,13 @@ def sgld_transition(rng_key, z, energy, grad, potential: Callable, step_size, te
     new_energy, new_grad = jax.value_and_grad(potential)(unravel(new), minibatch)
     new_g, _ = ravel_pytree(new_grad)
     ok = jnp.isfinite(new_energy) & jnp.all(jnp.isfinite(new_g)) & jnp.all(jnp.isfinite(new))
-    return (key, unravel(jnp.where(ok, new, flat)), jnp.where(ok, new_energy, energy),
-            unravel(jnp.where(ok, new_g, g)), ok)
+    return (
+        key,
+        unravel(jnp.where(ok, new, flat)),
+        jnp.where(ok, new_energy, energy),
+        unravel(jnp.where(ok, new_g, g)),
+        ok,
+    )
 
 
 def polynomial_schedule(a: float, b: float, gamma: float) -> Callable:
@@ -127,6 +150,11 @@ def welford(moments: RunningMoments, z, active) -> RunningMoments:
     count = moments.count + jnp.where(active, 1, 0)
     safe = jnp.maximum(count, 1)
     mean = jax.tree.map(lambda m, x: jnp.where(active, m + (x - m) / safe, m), moments.mean, z)
-    m2 = jax.tree.map(lambda s, m_old, m_new, x: jnp.where(active, s + (x - m_old) * (x - m_new), s),
-                      moments.m2, moments.mean, mean, z)
+    m2 = jax.tree.map(
+        lambda s, m_old, m_new, x: jnp.where(active, s + (x - m_old) * (x - m_new), s),
+        moments.m2,
+        moments.mean,
+        mean,
+        z,
+    )
     return RunningMoments(count, mean, m2)

@@ -9,7 +9,8 @@ high-energy handling (a fresh momentum after a rejected step, an energy cutoff M
 use); here a step whose result is not finite is rejected with a plain select that keeps the
 previous state. SMILE's minibatch step (:func:`minibatch_mclachlan`) is the same McLachlan sequence of
 BlackJAX's isokinetic kicks, written out because its two gradients come from a minibatch chosen by the
-caller and its first kick reuses the previous step's gradient. NumPyro works with potential energies (negative log densities); BlackJAX with
+caller and its first kick reuses the previous step's gradient. NumPyro works with potential energies (negative log
+densities); BlackJAX with
 log densities: the sign is flipped here, once.
 """
 
@@ -32,6 +33,7 @@ def _blackjax(module: str):
     JAX's backend, and ``import numpyro_mile`` must not, so that ``numpyro.set_host_device_count`` still
     works after it (NumPyro's advice for using every CPU core)."""
     return importlib.import_module(f"blackjax.{module}")
+
 
 #: gradient evaluations of one MCLMC step with the McLachlan integrator
 GRAD_EVALS_PER_STEP = 2

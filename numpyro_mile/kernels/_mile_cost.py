@@ -92,10 +92,22 @@ def num_grad_evals(num_warmup: int, num_samples: int, num_chains: int = 1, thinn
     return num_chains * (GRAD_EVALS_PER_STEP * (num_warmup + num_samples) + 1)
 
 
-def estimate_cost(kernel, rng_key, *model_args, num_warmup: int, num_samples: int, num_chains: int = 1,
-                  thinning: int = 1, repeats: int = 20, method: str = "gradient", min_seconds: float = 0.5,
-                  init_params: dict | None = None, chunk_size: int | None = None, store_dtype=None,
-                  **model_kwargs) -> CostEstimate:
+def estimate_cost(
+    kernel,
+    rng_key,
+    *model_args,
+    num_warmup: int,
+    num_samples: int,
+    num_chains: int = 1,
+    thinning: int = 1,
+    repeats: int = 20,
+    method: str = "gradient",
+    min_seconds: float = 0.5,
+    init_params: dict | None = None,
+    chunk_size: int | None = None,
+    store_dtype=None,
+    **model_kwargs,
+) -> CostEstimate:
     """The cost of a run of the MILE ``kernel``: see :meth:`numpyro_mile.MILE.estimate_cost`."""
     if kernel.model is None:
         raise ValueError("estimate_cost needs a NumPyro model; a MILE(potential_fn=...) kernel has none.")
@@ -105,16 +117,23 @@ def estimate_cost(kernel, rng_key, *model_args, num_warmup: int, num_samples: in
         raise ValueError("thinning and num_chains must be positive and num_samples non-negative.")
     keys = jax.random.split(rng_key, num_chains)
     if init_params is None:
-        init_params = jax.jit(lambda k: initialize_model(  # jitted: no eager per-operation compiles
-            k, kernel.model, init_strategy=init_to_uniform(radius=0.1), model_args=model_args,
-            model_kwargs=model_kwargs).param_info.z)(keys)
+        init_params = jax.jit(
+            lambda k: (
+                initialize_model(  # jitted: no eager per-operation compiles
+                    k,
+                    kernel.model,
+                    init_strategy=init_to_uniform(radius=0.1),
+                    model_args=model_args,
+                    model_kwargs=model_kwargs,
+                ).param_info.z
+            )
+        )(keys)
     num_steps = num_warmup + num_samples
     flat = ravel_pytree(jax.tree.map(lambda x: x[0], init_params))[0]
     dim, itemsize = int(flat.shape[0]), flat.dtype.itemsize
     if method == "step":
         kernel = kernel.replace(pretrain=False)
-        state = kernel.init(keys, num_warmup, init_params=init_params, model_args=model_args,
-                            model_kwargs=model_kwargs)
+        state = kernel.init(keys, num_warmup, init_params=init_params, model_args=model_args, model_kwargs=model_kwargs)
         potential_fn = kernel._potential_fn_gen(*model_args, **model_kwargs)
         loop = jax.jit(lambda s: jax.lax.fori_loop(0, repeats, lambda _, x: kernel.step_fn(x, potential_fn), s))
         timed, arg, per_call = loop, state, repeats
@@ -126,6 +145,7 @@ def estimate_cost(kernel, rng_key, *model_args, num_warmup: int, num_samples: in
             def body(_, z):
                 _, g = grad(z)
                 return jax.tree.map(lambda a, b: a - 1e-12 * b, z, g)
+
             return jax.lax.fori_loop(0, repeats, body, z)
 
         timed, arg, per_call = jax.jit(loop), init_params, repeats / GRAD_EVALS_PER_STEP
@@ -135,24 +155,47 @@ def estimate_cost(kernel, rng_key, *model_args, num_warmup: int, num_samples: in
     wall, cpu, _ = _time_calls(compiled, arg, min_seconds)
     wall, cpu = wall / per_call, cpu / per_call
 
-    schedule = make_schedule(num_warmup, phase_split=kernel.phase_split,
-                                        target_energy_variance=kernel.target_energy_variance,
-                                        target_schedule=kernel.target_schedule,
-                                        max_stored_samples=kernel.max_stored_samples)
+    schedule = make_schedule(
+        num_warmup,
+        phase_split=kernel.phase_split,
+        target_energy_variance=kernel.target_energy_variance,
+        target_schedule=kernel.target_schedule,
+        max_stored_samples=kernel.max_stored_samples,
+    )
     state_bytes = num_chains * itemsize * 5 * dim
     phase3_bytes = num_chains * itemsize * schedule.num_stored * min(dim, kernel.ess_num_coords)
-    one = jax.eval_shape(partial(constrain_fn, kernel.model, model_args, model_kwargs, return_deterministic=True),
-                         jax.tree.map(lambda x: x[0], init_params))
+    one = jax.eval_shape(
+        partial(constrain_fn, kernel.model, model_args, model_kwargs, return_deterministic=True),
+        jax.tree.map(lambda x: x[0], init_params),
+    )
     store = storage_dtype(store_dtype)
-    per_draw = sum(int(np.prod(v.shape)) * (store.itemsize if store is not None and v.dtype.kind == "f"
-                                            else v.dtype.itemsize) for v in jax.tree.leaves(one))
+    per_draw = sum(
+        int(np.prod(v.shape)) * (store.itemsize if store is not None and v.dtype.kind == "f" else v.dtype.itemsize)
+        for v in jax.tree.leaves(one)
+    )
     num_draws = num_samples // thinning
     held = num_draws if chunk_size is None else min(num_draws, -(-int(chunk_size) // thinning))
-    data_bytes = sum(int(np.asarray(a).nbytes) for a in jax.tree.leaves((model_args, model_kwargs))
-                     if hasattr(a, "shape"))
+    data_bytes = sum(
+        int(np.asarray(a).nbytes) for a in jax.tree.leaves((model_args, model_kwargs)) if hasattr(a, "shape")
+    )
     return CostEstimate(
-        num_grad_evals(num_warmup, num_samples, num_chains), wall, wall * num_steps, cpu, cpu * num_steps,
-        compile_seconds, dim, int(state_bytes), int(num_chains * num_draws * per_draw), int(data_bytes),
-        int(data_bytes + state_bytes + phase3_bytes + ESS_WORK_FACTOR * phase3_bytes / num_chains
-            + num_chains * held * per_draw), method, int(phase3_bytes))
-
+        num_grad_evals(num_warmup, num_samples, num_chains),
+        wall,
+        wall * num_steps,
+        cpu,
+        cpu * num_steps,
+        compile_seconds,
+        dim,
+        int(state_bytes),
+        int(num_chains * num_draws * per_draw),
+        int(data_bytes),
+        int(
+            data_bytes
+            + state_bytes
+            + phase3_bytes
+            + ESS_WORK_FACTOR * phase3_bytes / num_chains
+            + num_chains * held * per_draw
+        ),
+        method,
+        int(phase3_bytes),
+    )

@@ -123,8 +123,10 @@ def make_schedule(
     if target_schedule not in TARGET_SCHEDULES:
         raise ValueError(f"target_schedule must be one of {TARGET_SCHEDULES}, got {target_schedule!r}.")
     if int(max_stored_samples) < MIN_STORED_SAMPLES:
-        raise ValueError(f"max_stored_samples must be at least {MIN_STORED_SAMPLES} (the ESS of fewer positions is "
-                         f"noise, and equally spaced steps need two), got {max_stored_samples}.")
+        raise ValueError(
+            f"max_stored_samples must be at least {MIN_STORED_SAMPLES} (the ESS of fewer positions is "
+            f"noise, and equally spaced steps need two), got {max_stored_samples}."
+        )
     if len(phase_split) != 3 or min(phase_split) < 0 or abs(sum(phase_split) - 1.0) > 1e-6:
         raise ValueError(f"phase_split must be three non-negative fractions summing to 1, got {phase_split}.")
     n1 = int(round(phase_split[0] * num_warmup))
@@ -139,8 +141,10 @@ def make_schedule(
         )
     num_stored = min(n3, int(max_stored_samples))
     if num_stored < n3 and (n3 - 1) * max(num_stored - 1, 1) >= 2**31:
-        raise ValueError(f"Phase III of {n3} steps with max_stored_samples={max_stored_samples}: too many to "
-                         "choose the stored steps in int32 arithmetic; lower max_stored_samples.")
+        raise ValueError(
+            f"Phase III of {n3} steps with max_stored_samples={max_stored_samples}: too many to "
+            "choose the stored steps in int32 arithmetic; lower max_stored_samples."
+        )
     start, end = float(target_energy_variance[0]), float(target_energy_variance[1])
     exponential = target_schedule == "exponential" or (target_schedule == "auto" and start > EXPONENTIAL_ABOVE)
     return Schedule(n1, n2, n3, num_stored, start, end, exponential, float(n_eff), float(trust), float(L_factor))
@@ -149,9 +153,15 @@ def make_schedule(
 def init(dim: int, initial_step_size) -> AdaptationState:
     """Empty statistics for a chain with ``dim`` coordinates that starts with step size ``initial_step_size``."""
     zero = jnp.zeros(())
-    return AdaptationState(zero, zero, jnp.full((), jnp.inf, zero.dtype),
-                           MIN_STEP_SIZE_FRACTION * jnp.asarray(initial_step_size, zero.dtype), zero,
-                           jnp.zeros(dim), jnp.zeros(dim))
+    return AdaptationState(
+        zero,
+        zero,
+        jnp.full((), jnp.inf, zero.dtype),
+        MIN_STEP_SIZE_FRACTION * jnp.asarray(initial_step_size, zero.dtype),
+        zero,
+        jnp.zeros(dim),
+        jnp.zeros(dim),
+    )
 
 
 def target_energy_variance(i, schedule: Schedule) -> jax.Array:
@@ -170,8 +180,9 @@ def target_energy_variance(i, schedule: Schedule) -> jax.Array:
     return schedule.target_start + (schedule.target_end - schedule.target_start) * frac
 
 
-def update_step_size(adapt: AdaptationState, step_size, energy_change, finite, dim: int, target,
-                     schedule: Schedule) -> tuple[jax.Array, AdaptationState]:
+def update_step_size(
+    adapt: AdaptationState, step_size, energy_change, finite, dim: int, target, schedule: Schedule
+) -> tuple[jax.Array, AdaptationState]:
     """One step of the step-size predictor; returns the next step size and statistics.
 
     ``energy_change`` of a rejected step (``finite`` false) is taken as 0, as the reference code does.

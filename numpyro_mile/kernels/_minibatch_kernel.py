@@ -32,6 +32,7 @@ def build_init(mb: MinibatchModel, data_key, init_strategy: Callable) -> Callabl
     ``init_strategy`` on the full-data model; the minibatch energy and gradient are evaluated
     at them. Nothing of a kernel's settings enters, so every kernel shares the program of a model.
     """
+
     @jax.jit
     def init(keys, init_params, data_arrays):
         model_args, model_kwargs = _programs.join_data(data_key, data_arrays)
@@ -72,8 +73,9 @@ class MinibatchKernel(ChainKernel):
 
     def __init__(self, model: Callable, init_strategy: Callable):
         if model is None or not callable(model):
-            raise ValueError(f"{self.kernel_name} needs a NumPyro model (a callable), e.g. "
-                             f"{self.kernel_name}(mlp_regression).")
+            raise ValueError(
+                f"{self.kernel_name} needs a NumPyro model (a callable), e.g. {self.kernel_name}(mlp_regression)."
+            )
         super().__init__(model)
         self.init_strategy = init_strategy
         self._mb: MinibatchModel | None = None
@@ -85,27 +87,37 @@ class MinibatchKernel(ChainKernel):
             return lambda z: z
         return self._mb.postprocess_fn(*as_jax_args(args, kwargs))
 
-    def _init_chains(self, keys, init_params, model_args, model_kwargs, batched: bool, make_state: Callable,
-                     state_axes=None):
+    def _init_chains(
+        self, keys, init_params, model_args, model_kwargs, batched: bool, make_state: Callable, state_axes=None
+    ):
         """States of the chains with keys ``keys`` (a leading chain axis), from ``init_params`` (with a
         chain axis when ``batched``) or the init strategy; sets up the minibatch model of this run."""
         self._data = _programs.split_data(model_args, model_kwargs)  # the user's arrays: model_data knows them
         model_args, model_kwargs = _programs.join_data(self._data.key, self._data.arrays)  # as JAX arrays
-        self._mb = MinibatchModel(self._model, model_args, model_kwargs, kernel_name=self.kernel_name,
-                                  rng_key=keys[0])
+        self._mb = MinibatchModel(self._model, model_args, model_kwargs, kernel_name=self.kernel_name, rng_key=keys[0])
         if not self._mb.is_subsampled:
             warnings.warn(
                 f"{self.kernel_name}: pass subsample_size to the model's data plate, e.g. "
                 "numpyro.plate('data', N, subsample_size=subsample_size) and mcmc.run(..., subsample_size=32). "
                 "No plate of this model draws a minibatch, so every step uses all rows: full-batch gradients, "
-                "without the gradient noise the method's step is made for.", UserWarning, stacklevel=user_stacklevel())
+                "without the gradient noise the method's step is made for.",
+                UserWarning,
+                stacklevel=user_stacklevel(),
+            )
         if init_params is not None:
             init_params = self._mb.check_init_params(init_params, keys.shape[0], batched)
         mb = self._mb
         init = _programs.program(  # shared by every kernel and run of this model, static arguments and shapes
-            ("minibatch-init", self._model, self._data.key, mb.plates, tuple(mb.latent_shapes.items()),
-             self.init_strategy),
-            lambda: build_init(mb, self._data.key, self.init_strategy))
+            (
+                "minibatch-init",
+                self._model,
+                self._data.key,
+                mb.plates,
+                tuple(mb.latent_shapes.items()),
+                self.init_strategy,
+            ),
+            lambda: build_init(mb, self._data.key, self.init_strategy),
+        )
         z, energy, grad, state_keys = init(keys, init_params, self._data.arrays)
         if state_axes is not None:  # make_state builds one chain's state (a few small operations, not compiled)
             make_state = jax.vmap(make_state, out_axes=state_axes)
@@ -131,8 +143,9 @@ class MinibatchKernel(ChainKernel):
         # chains sharded over devices (keys placed so, e.g. by run_distributed): every state, the first included,
         # placed as the step returns it (one compilation of the step)
         self._chain_mesh = chain_mesh_of(keys) if self._batched else None
-        state = self._init_chains(keys, init_params, model_args, model_kwargs, self._batched, self._init_state,
-                                  self.state_axes)
+        state = self._init_chains(
+            keys, init_params, model_args, model_kwargs, self._batched, self._init_state, self.state_axes
+        )
         if not self._batched:
             state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
         return self._with_data(state)
@@ -141,8 +154,12 @@ class MinibatchKernel(ChainKernel):
         """``sample`` of chains that do not interact: ``step(state, potential, self._config)`` per chain
         (the step sees no ``data``: the potential is bound to it here)."""
         config = self._config
-        state = self._step_on_data(state, model_args, model_kwargs, lambda s, potential: self.over_chains(
-            lambda chain: step(chain, potential, config), self._batched)(s))
+        state = self._step_on_data(
+            state,
+            model_args,
+            model_kwargs,
+            lambda s, potential: self.over_chains(lambda chain: step(chain, potential, config), self._batched)(s),
+        )
         return self._placed(state)
 
     def _step_on_data(self, state, model_args, model_kwargs, step: Callable):

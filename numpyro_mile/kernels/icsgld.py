@@ -68,8 +68,18 @@ from numpyro.util import is_prng_key
 from ._langevin import sgld_transition
 from ._minibatch_kernel import MinibatchKernel
 
-__all__ = ["ICSGLD", "ICSGLDConfig", "ICSGLDState", "default_sa_schedule", "energy_bins", "gradient_multiplier",
-           "icsgld_init", "icsgld_step", "importance_weights", "log_weight"]
+__all__ = [
+    "ICSGLD",
+    "ICSGLDConfig",
+    "ICSGLDState",
+    "default_sa_schedule",
+    "energy_bins",
+    "gradient_multiplier",
+    "icsgld_init",
+    "icsgld_step",
+    "importance_weights",
+    "log_weight",
+]
 
 
 class _ICSGLDFields(NamedTuple):
@@ -131,7 +141,7 @@ class ICSGLDState(_ICSGLDFields):
 
 def default_sa_schedule(k):
     """``omega_k = 1 / (k^0.6 + 100)``: the SA step size of the ICSGLD reference simulation (``k >= 1``)."""
-    return 1.0 / (k ** 0.6 + 100.0)
+    return 1.0 / (k**0.6 + 100.0)
 
 
 def _constant_sa_step(value: float, k):
@@ -167,10 +177,12 @@ def _as_clip(multiplier_clip):
 def _bins_message(low, high, u_min, u_max, iteration) -> str | None:
     """The warning for energies seen outside the regular bins, or ``None``."""
     if low < u_min or high >= u_max:
-        return (f"ICSGLD: energies seen up to iteration {int(iteration)} span [{float(low):.4g}, {float(high):.4g}], "
-                f"but the regular bins cover [{u_min:.4g}, {u_max:.4g}). Energies below min_energy fall into bin 1 "
-                "and energies above into the overflow bin, which gets importance weight 0. Choose min_energy below "
-                "the lowest energy and num_bins * bin_width wide enough (see kernel.energy_range(state)).")
+        return (
+            f"ICSGLD: energies seen up to iteration {int(iteration)} span [{float(low):.4g}, {float(high):.4g}], "
+            f"but the regular bins cover [{u_min:.4g}, {u_max:.4g}). Energies below min_energy fall into bin 1 "
+            "and energies above into the overflow bin, which gets importance weight 0. Choose min_energy below "
+            "the lowest energy and num_bins * bin_width wide enough (see kernel.energy_range(state))."
+        )
     return None
 
 
@@ -230,17 +242,25 @@ def icsgld_init(z, energy, grad, keys, config: ICSGLDConfig) -> ICSGLDState:
         num_active = int(config.num_active_chains)
         active = jax.jit(lambda e: jnp.arange(e.shape[0]) < num_active)(energy)
     return ICSGLDState(
-        i=jnp.asarray(0, jnp.int32), z=z, potential_energy=energy, z_grad=grad, bin=J,
-        log_weight=log_weight(jnp.log(theta), J, config), multiplier=jnp.ones_like(energy),
-        num_nans=jnp.zeros(energy.shape, jnp.int32), active=active, theta=theta,
+        i=jnp.asarray(0, jnp.int32),
+        z=z,
+        potential_energy=energy,
+        z_grad=grad,
+        bin=J,
+        log_weight=log_weight(jnp.log(theta), J, config),
+        multiplier=jnp.ones_like(energy),
+        num_nans=jnp.zeros(energy.shape, jnp.int32),
+        active=active,
+        theta=theta,
         energy_min=jnp.min(jnp.where(finite, energy, jnp.inf)),
         energy_max=jnp.max(jnp.where(finite, energy, -jnp.inf)),
         rng_key=keys,
     )
 
 
-def icsgld_step(state: ICSGLDState, potential: Callable, config: ICSGLDConfig,
-                draw_minibatch: Callable | None = None) -> ICSGLDState:
+def icsgld_step(
+    state: ICSGLDState, potential: Callable, config: ICSGLDConfig, draw_minibatch: Callable | None = None
+) -> ICSGLDState:
     """One ICSGLD iteration of all walkers (the module docstring's algorithm); ``potential(z, minibatch)`` is the
     minibatch potential energy of one walker on ``minibatch = draw_minibatch(key)`` (``None``: the key itself)."""
     theta = state.theta
@@ -250,8 +270,17 @@ def icsgld_step(state: ICSGLDState, potential: Callable, config: ICSGLDConfig,
     step_size = jnp.asarray(config.step_size, dtype)
 
     def chain(z, energy, grad, rng_key, multiplier):
-        return sgld_transition(rng_key, z, energy, grad, potential, step_size, config.temperature, multiplier,
-                               draw_minibatch=draw_minibatch)
+        return sgld_transition(
+            rng_key,
+            z,
+            energy,
+            grad,
+            potential,
+            step_size,
+            config.temperature,
+            multiplier,
+            draw_minibatch=draw_minibatch,
+        )
 
     keys, z, energy, grad, ok = jax.vmap(chain)(state.z, state.potential_energy, state.z_grad, state.rng_key, mult)
     J = energy_bins(energy, config)
@@ -265,9 +294,16 @@ def icsgld_step(state: ICSGLDState, potential: Callable, config: ICSGLDConfig,
     theta_new = theta + omega * H
     finite = jnp.isfinite(energy) & state.active
     return ICSGLDState(
-        i=state.i + 1, z=z, potential_energy=energy, z_grad=grad, bin=J,
-        log_weight=log_weight(jnp.log(theta_new), J, config), multiplier=mult,
-        num_nans=state.num_nans + jnp.where(ok, 0, 1), active=state.active, theta=theta_new,
+        i=state.i + 1,
+        z=z,
+        potential_energy=energy,
+        z_grad=grad,
+        bin=J,
+        log_weight=log_weight(jnp.log(theta_new), J, config),
+        multiplier=mult,
+        num_nans=state.num_nans + jnp.where(ok, 0, 1),
+        active=state.active,
+        theta=theta_new,
         energy_min=jnp.minimum(state.energy_min, jnp.min(jnp.where(finite, energy, jnp.inf))),
         energy_max=jnp.maximum(state.energy_max, jnp.max(jnp.where(finite, energy, -jnp.inf))),
         rng_key=keys,
@@ -329,8 +365,19 @@ class ICSGLD(MinibatchKernel):
     """
 
     kernel_name = "ICSGLD"
-    setting_names = ("step_size", "zeta", "num_bins", "bin_width", "min_energy", "sa_schedule", "temperature",
-                     "multiplier_clip", "csgld", "init_strategy", "num_active_chains")
+    setting_names = (
+        "step_size",
+        "zeta",
+        "num_bins",
+        "bin_width",
+        "min_energy",
+        "sa_schedule",
+        "temperature",
+        "multiplier_clip",
+        "csgld",
+        "init_strategy",
+        "num_active_chains",
+    )
 
     def __init__(
         self,
@@ -388,7 +435,9 @@ class ICSGLD(MinibatchKernel):
 
     def diagnostics_str(self, state: ICSGLDState) -> str:
         return "U~ {:.4g}. bins {}-{}. nans {}".format(
-            float(jnp.mean(state.potential_energy)), int(jnp.min(state.bin)), int(jnp.max(state.bin)),
+            float(jnp.mean(state.potential_energy)),
+            int(jnp.min(state.bin)),
+            int(jnp.max(state.bin)),
             int(jnp.sum(state.num_nans)),
         )
 
@@ -401,19 +450,27 @@ class ICSGLD(MinibatchKernel):
             )
         self._config = self.config(ICSGLDConfig)
         config = self._config
-        state = self._init_chains(rng_key, init_params, model_args, model_kwargs, True,
-                                  lambda z, energy, grad, keys: icsgld_init(z, energy, grad, keys, config))
+        state = self._init_chains(
+            rng_key,
+            init_params,
+            model_args,
+            model_kwargs,
+            True,
+            lambda z, energy, grad, keys: icsgld_init(z, energy, grad, keys, config),
+        )
         return self._with_data(state)
 
     def sample(self, state: ICSGLDState, model_args, model_kwargs) -> ICSGLDState:
         config, draw = self._config, self._mb.indices
-        return self._step_on_data(state, model_args, model_kwargs,
-                                  lambda s, potential: icsgld_step(s, potential, config, draw))
+        return self._step_on_data(
+            state, model_args, model_kwargs, lambda s, potential: icsgld_step(s, potential, config, draw)
+        )
 
     def run_warnings(self, state: ICSGLDState) -> list[str]:
         """Rejected steps, and energies seen outside the regular bins (from ``mcmc.last_state``)."""
-        bins = _bins_message(float(state.energy_min), float(state.energy_max), self.min_energy, self.max_energy,
-                             state.i)
+        bins = _bins_message(
+            float(state.energy_min), float(state.energy_max), self.min_energy, self.max_energy, state.i
+        )
         return super().run_warnings(state) + ([] if bins is None else [bins])
 
     # ------------------------------------------------------------------ results
@@ -457,8 +514,9 @@ class ICSGLD(MinibatchKernel):
         return float(state.energy_min), float(state.energy_max)
 
     def _check_range(self, state: ICSGLDState) -> None:
-        message = _bins_message(float(state.energy_min), float(state.energy_max), self.min_energy, self.max_energy,
-                                state.i)
+        message = _bins_message(
+            float(state.energy_min), float(state.energy_max), self.min_energy, self.max_energy, state.i
+        )
         if message is not None:
             warnings.warn(message, RuntimeWarning, stacklevel=3)
 

@@ -169,9 +169,14 @@ def chain_move(state: MILEState, potential_fn: Callable) -> MILEState:
     """One MCLMC step of one chain with its current step size and L (no tuning); counts a rejection."""
     key, step_key = jax.random.split(state.rng_key)
     dynamics, info = mclmc.step(step_key, state.dynamics, potential_fn, state.L, state.step_size)
-    return state._replace(i=state.i + 1, dynamics=dynamics, energy_change=info.energy_change,
-                          num_nans=state.num_nans + jnp.where(info.finite, 0, 1), rng_key=key,
-                          diverging=~info.finite)
+    return state._replace(
+        i=state.i + 1,
+        dynamics=dynamics,
+        energy_change=info.energy_change,
+        num_nans=state.num_nans + jnp.where(info.finite, 0, 1),
+        rng_key=key,
+        diverging=~info.finite,
+    )
 
 
 def chain_tune(state: MILEState, moved: MILEState, schedule: tuning.Schedule) -> MILEState:
@@ -196,7 +201,8 @@ def chain_tune(state: MILEState, moved: MILEState, schedule: tuning.Schedule) ->
 def phase3(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILEState, jax.Array]:
     """Phase III of every chain in ``state``, all of it: ``num_phase3`` moves with the chain's step size and Phase
     II L in one compiled loop, their positions stored as the reference code stores them (every coordinate, or a
-    random subset of ``config.num_coords`` per chain; the steps :func:`~numpyro_mile.kernels._mile_tuning.stored_steps`),
+    random subset of ``config.num_coords`` per chain; the steps
+    :func:`~numpyro_mile.kernels._mile_tuning.stored_steps`),
     then L from their ESS.
 
     The positions exist only inside this loop: MILE's step runs it at the first Phase III step and leaves the
@@ -220,7 +226,8 @@ def phase3(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILESt
     samples = jnp.zeros(flat.shape[:-1] + (schedule.num_stored, subset(flat).shape[-1]), flat.dtype)
     if config.mesh is not None:
         samples = jax.lax.with_sharding_constraint(
-            samples, NamedSharding(config.mesh, PartitionSpec(config.mesh.axis_names[0])))
+            samples, NamedSharding(config.mesh, PartitionSpec(config.mesh.axis_names[0]))
+        )
 
     def body(k, carry):
         state, samples, rejected = carry
@@ -228,15 +235,18 @@ def phase3(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILESt
         stored = subset(flatten(state.dynamics.position))
         return state, tuning.record_sample(samples, stored, k, schedule), rejected | state.diverging
 
-    state, samples, rejected = jax.lax.fori_loop(0, schedule.num_phase3, body,
-                                                 (state, samples, jnp.zeros_like(state.diverging)))
+    state, samples, rejected = jax.lax.fori_loop(
+        0, schedule.num_phase3, body, (state, samples, jnp.zeros_like(state.diverging))
+    )
 
     def tuned_L(samples, step_size, phase2_L):
         if not config.batched:
             return tuning.L_from_ess(samples, step_size, schedule, mclmc.ess, phase2_L)
         # one chain at a time: the FFT's work arrays are ~4.8x the chain's positions (_mile_cost.ESS_WORK_FACTOR)
-        return jax.lax.map(lambda args: tuning.L_from_ess(args[0], args[1], schedule, mclmc.ess, args[2]),
-                           (samples, step_size, phase2_L))
+        return jax.lax.map(
+            lambda args: tuning.L_from_ess(args[0], args[1], schedule, mclmc.ess, args[2]),
+            (samples, step_size, phase2_L),
+        )
 
     if config.batched and config.mesh is not None:  # XLA does not partition the FFT over chains: per device
         chains = PartitionSpec(config.mesh.axis_names[0])
@@ -276,8 +286,9 @@ def mile_step(state: MILEState, potential_fn: Callable, config: MILEConfig) -> M
         return done._replace(i=i + 1)
 
     def wait():
-        return state._replace(i=i + 1, energy_change=jnp.zeros_like(state.energy_change),
-                              diverging=jnp.zeros_like(state.diverging))
+        return state._replace(
+            i=i + 1, energy_change=jnp.zeros_like(state.energy_change), diverging=jnp.zeros_like(state.diverging)
+        )
 
     # branches by the shared counter, so that only one runs (a select would compute all of them)
     in_phase3 = (i >= n12) & (i < config.num_warmup)
@@ -378,12 +389,29 @@ class MILE(ChainKernel):
 
     kernel_name = "MILE"
     state_axes = _STATE_AXES
-    nan_advice = ("The tuned step size may be too large for this region: see the 'num_nans' and 'diverging' fields, "
-                  "and consider a lower target_energy_variance.")
+    nan_advice = (
+        "The tuned step size may be too large for this region: see the 'num_nans' and 'diverging' fields, "
+        "and consider a lower target_energy_variance."
+    )
 
-    setting_names = ("target_schedule", "pretrain", "ensemble_options", "phase_split", "target_energy_variance",
-                     "n_eff", "trust", "L_factor", "initial_step_size", "initial_L", "ess_num_coords",
-                     "max_stored_samples", "init_strategy", "map_steps", "map_learning_rate", "shard_chains")
+    setting_names = (
+        "target_schedule",
+        "pretrain",
+        "ensemble_options",
+        "phase_split",
+        "target_energy_variance",
+        "n_eff",
+        "trust",
+        "L_factor",
+        "initial_step_size",
+        "initial_L",
+        "ess_num_coords",
+        "max_stored_samples",
+        "init_strategy",
+        "map_steps",
+        "map_learning_rate",
+        "shard_chains",
+    )
 
     def __init__(
         self,
@@ -408,14 +436,20 @@ class MILE(ChainKernel):
         shard_chains: bool | None = None,
     ):
         if (model is None) == (potential_fn is None):
-            raise ValueError("MILE needs exactly one of a NumPyro model (MILE(mlp_regression)) or a potential "
-                             "function (MILE(potential_fn=U), with init_params passed to mcmc.run).")
+            raise ValueError(
+                "MILE needs exactly one of a NumPyro model (MILE(mlp_regression)) or a potential "
+                "function (MILE(potential_fn=U), with init_params passed to mcmc.run)."
+            )
         target = model if potential_fn is None else potential_fn
         if not callable(target):
-            raise ValueError(f"MILE's {'model' if potential_fn is None else 'potential_fn'} must be callable, "
-                             f"got {type(target).__name__}.")
-        for name, value, least in (("ess_num_coords", ess_num_coords, 1),
-                                   ("max_stored_samples", max_stored_samples, tuning.MIN_STORED_SAMPLES)):
+            raise ValueError(
+                f"MILE's {'model' if potential_fn is None else 'potential_fn'} must be callable, "
+                f"got {type(target).__name__}."
+            )
+        for name, value, least in (
+            ("ess_num_coords", ess_num_coords, 1),
+            ("max_stored_samples", max_stored_samples, tuning.MIN_STORED_SAMPLES),
+        ):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
                 raise ValueError(f"{name} must be an integer of at least {least}, got {value!r}.")
         if target_schedule not in tuning.TARGET_SCHEDULES:
@@ -467,13 +501,15 @@ class MILE(ChainKernel):
                 f"{np.flatnonzero(stuck).tolist()} ended warmup with step size {step_size[stuck].tolist()} (started at "
                 f"{start[stuck].tolist()}) and L {L[stuck].tolist()}: the tuner could not reach the target energy "
                 "variance, typically because float32 does not resolve energy changes that small at this model's "
-                "potential energy (about 1e-7 of it), so those chains barely move.")
+                "potential energy (about 1e-7 of it), so those chains barely move."
+            )
         if state.ess_fallback is not None and np.any(np.asarray(state.ess_fallback)):
             chains = np.flatnonzero(np.atleast_1d(np.asarray(state.ess_fallback))).tolist()
             messages.append(
                 f"MILE: no coordinate had a finite, positive Phase III ESS in chain(s) {chains} (e.g. the chain did "
                 "not move during Phase III); those chains kept the Phase II L. Check the 'num_nans' field, and give "
-                "the warmup more steps.")
+                "the warmup more steps."
+            )
         return messages
 
     def diagnostics_str(self, state: MILEState) -> str:
@@ -491,8 +527,13 @@ class MILE(ChainKernel):
         keys, batched = self.split_chains(rng_key)
         num_chains = keys.shape[0]
         schedule = tuning.make_schedule(
-            num_warmup, phase_split=self.phase_split, target_energy_variance=self.target_energy_variance,
-            target_schedule=self.target_schedule, n_eff=self.n_eff, trust=self.trust, L_factor=self.L_factor,
+            num_warmup,
+            phase_split=self.phase_split,
+            target_energy_variance=self.target_energy_variance,
+            target_schedule=self.target_schedule,
+            n_eff=self.n_eff,
+            trust=self.trust,
+            L_factor=self.L_factor,
             max_stored_samples=self.max_stored_samples,
         )
         self._config = MILEConfig(schedule, None, batched, int(num_warmup))  # num_coords, mesh: set by _init_chains
@@ -518,11 +559,15 @@ class MILE(ChainKernel):
         self._potential_fn_gen = lambda *args, **kwargs: model_potential(model, args, kwargs, num_auxiliary)
         if any(site["type"] == "deterministic" for site in trace.values()):
             postprocess_gen = lambda *args, **kwargs: partial(  # noqa: E731
-                constrain_fn, model, args, kwargs, return_deterministic=True)
+                constrain_fn, model, args, kwargs, return_deterministic=True
+            )
         else:  # no data needed to constrain the draws: nothing of the data enters the collection
             postprocess_gen = lambda *args, **kwargs: partial(model_utils.constrain, trace)  # noqa: E731
-        self._postprocess_fn_gen = (postprocess_gen if not num_auxiliary else
-                                    lambda *args, **kwargs: without_auxiliary(postprocess_gen(*args, **kwargs)))
+        self._postprocess_fn_gen = (
+            postprocess_gen
+            if not num_auxiliary
+            else lambda *args, **kwargs: without_auxiliary(postprocess_gen(*args, **kwargs))
+        )
 
         if init_params is None:
             if self.pretrain and latent_dim > 0:
@@ -531,8 +576,11 @@ class MILE(ChainKernel):
                 with warnings.catch_warnings():  # checked above, at the user's line
                     warnings.filterwarnings("ignore", message=MISSING_PLATE)
                     init_params = initialize_model(
-                        init_keys if batched else init_keys[0], self._model, init_strategy=self.init_strategy,
-                        model_args=model_args, model_kwargs=model_kwargs,
+                        init_keys if batched else init_keys[0],
+                        self._model,
+                        init_strategy=self.init_strategy,
+                        model_args=model_args,
+                        model_kwargs=model_kwargs,
                     ).param_info.z
                 if not batched:
                     init_params = jax.tree.map(lambda x: x[None], init_params)
@@ -542,7 +590,10 @@ class MILE(ChainKernel):
         else:
             init_params = self._check_init_params(init_params, trace, num_chains)
         if num_auxiliary:  # the auxiliary coordinate starts at its mode; the momentum is drawn at random
-            init_params = {**init_params, AUXILIARY_SITE: jnp.zeros((num_chains, num_auxiliary), jnp.result_type(float))}
+            init_params = {
+                **init_params,
+                AUXILIARY_SITE: jnp.zeros((num_chains, num_auxiliary), jnp.result_type(float)),
+            }
         return self._init_chains(init_params, state_keys)
 
     def _init_chains(self, init_params, state_keys) -> MILEState:
@@ -552,7 +603,8 @@ class MILE(ChainKernel):
         if dim < 2:  # a model gets an auxiliary coordinate in init; a potential_fn target does not
             raise ValueError(
                 f"MILE (MCLMC) needs at least 2 latent dimensions; this potential_fn has {dim}. Add an independent "
-                "standard-normal coordinate to it (its draws are then exact for the rest), or write it as a model.")
+                "standard-normal coordinate to it (its draws are then exact for the rest), or write it as a model."
+            )
         num_coords = int(self.ess_num_coords) if dim > self.ess_num_coords else None
         if self._config.batched:  # vectorized chains: sharded over the local devices when it pays
             sharding = self._chain_sharding(init_params, state_keys)
@@ -562,9 +614,15 @@ class MILE(ChainKernel):
         target = self._model if self._potential_fn is None else self._potential_fn
         init_all = _programs.program(
             ("mile-init", target, self._potential_fn is None, self._data.key, config.num_auxiliary),
-            lambda: _chains_init_program(target, self._potential_fn is None, self._data.key, config.num_auxiliary))
-        state = init_all(init_params, state_keys, self._data.arrays,
-                         jnp.asarray(self.initial_step_size, flat.dtype), jnp.asarray(initial_L, flat.dtype))
+            lambda: _chains_init_program(target, self._potential_fn is None, self._data.key, config.num_auxiliary),
+        )
+        state = init_all(
+            init_params,
+            state_keys,
+            self._data.arrays,
+            jnp.asarray(self.initial_step_size, flat.dtype),
+            jnp.asarray(initial_L, flat.dtype),
+        )
         if not config.batched:
             state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
         state = place_state(state._replace(data=self._data.arrays), _STATE_AXES, self._placement_mesh())
@@ -607,10 +665,22 @@ class MILE(ChainKernel):
         """
         return num_grad_evals(num_warmup, num_samples, num_chains, thinning)
 
-    def estimate_cost(self, rng_key, *model_args, num_warmup: int, num_samples: int, num_chains: int = 1,
-                      thinning: int = 1, repeats: int = 20, method: str = "gradient", min_seconds: float = 0.5,
-                      init_params: dict | None = None, chunk_size: int | None = None, store_dtype=None,
-                      **model_kwargs) -> CostEstimate:
+    def estimate_cost(
+        self,
+        rng_key,
+        *model_args,
+        num_warmup: int,
+        num_samples: int,
+        num_chains: int = 1,
+        thinning: int = 1,
+        repeats: int = 20,
+        method: str = "gradient",
+        min_seconds: float = 0.5,
+        init_params: dict | None = None,
+        chunk_size: int | None = None,
+        store_dtype=None,
+        **model_kwargs,
+    ) -> CostEstimate:
         """Predict the wall time, CPU time and memory of a run before it starts.
 
         ``method="step"`` compiles MILE's step for ``num_chains`` vectorized chains (without
@@ -656,10 +726,22 @@ class MILE(ChainKernel):
             >>> cost.num_grad_evals, cost.num_params
             (12004, 338)
         """
-        return estimate_cost(self, rng_key, *model_args, num_warmup=num_warmup, num_samples=num_samples,
-                             num_chains=num_chains, thinning=thinning, repeats=repeats, method=method,
-                             min_seconds=min_seconds, init_params=init_params, chunk_size=chunk_size,
-                             store_dtype=store_dtype, **model_kwargs)
+        return estimate_cost(
+            self,
+            rng_key,
+            *model_args,
+            num_warmup=num_warmup,
+            num_samples=num_samples,
+            num_chains=num_chains,
+            thinning=thinning,
+            repeats=repeats,
+            method=method,
+            min_seconds=min_seconds,
+            init_params=init_params,
+            chunk_size=chunk_size,
+            store_dtype=store_dtype,
+            **model_kwargs,
+        )
 
     # ------------------------------------------------------------------ internals
     def _check_potential_init_params(self, init_params, num_chains):
@@ -675,21 +757,28 @@ class MILE(ChainKernel):
             raise ValueError("init_params of MILE(potential_fn=...) must hold at least one array.")
         init_params = jax.tree.map(jnp.asarray, init_params)
         if any(not jnp.issubdtype(leaf.dtype, jnp.floating) for leaf in jax.tree.leaves(init_params)):
-            raise ValueError("init_params of MILE(potential_fn=...) must be floating-point arrays "
-                             "(e.g. jnp.zeros(3), not integers).")
+            raise ValueError(
+                "init_params of MILE(potential_fn=...) must be floating-point arrays (e.g. jnp.zeros(3), not integers)."
+            )
         if self._config.batched:
             bad = [jnp.shape(leaf) for leaf in jax.tree.leaves(init_params) if jnp.shape(leaf)[:1] != (num_chains,)]
             if bad:
-                raise ValueError(f"init_params for {num_chains} vectorized chains need a leading axis of size "
-                                 f"{num_chains}; got arrays of shape {bad}.")
+                raise ValueError(
+                    f"init_params for {num_chains} vectorized chains need a leading axis of size "
+                    f"{num_chains}; got arrays of shape {bad}."
+                )
             return init_params
         return jax.tree.map(lambda x: x[None], init_params)
 
     def _check_init_params(self, init_params, trace, num_chains):
         """User ``init_params`` checked against the model's latent sites, with a leading chain axis."""
         lead = (num_chains,) if self._config.batched else ()
-        init_params = check_init_params(init_params, model_utils.unconstrained_shapes(trace), lead,
-                                        hint="a leading axis of size num_chains, then the site's shape" if lead else "")
+        init_params = check_init_params(
+            init_params,
+            model_utils.unconstrained_shapes(trace),
+            lead,
+            hint="a leading axis of size num_chains, then the site's shape" if lead else "",
+        )
         return init_params if lead else jax.tree.map(lambda x: x[None], init_params)
 
     def _map_optimise(self, params, potential_fn):

@@ -45,8 +45,17 @@ from ._langevin import RunningMoments, as_schedule, langevin_move, polynomial_sc
 from ._base import chain_axes
 from ._minibatch_kernel import MinibatchKernel
 
-__all__ = ["SGLD", "SGLDConfig", "SGLDState", "RunningMoments", "Moments", "langevin_move", "polynomial_schedule",
-           "sgld_step", "sgld_transition"]
+__all__ = [
+    "SGLD",
+    "SGLDConfig",
+    "SGLDState",
+    "RunningMoments",
+    "Moments",
+    "langevin_move",
+    "polynomial_schedule",
+    "sgld_step",
+    "sgld_transition",
+]
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -102,8 +111,9 @@ class SGLDConfig(NamedTuple):
 _STATE_AXES = chain_axes(SGLDState)
 
 
-def sgld_step(state: SGLDState, potential: Callable, config: SGLDConfig,
-              draw_minibatch: Callable | None = None) -> SGLDState:
+def sgld_step(
+    state: SGLDState, potential: Callable, config: SGLDConfig, draw_minibatch: Callable | None = None
+) -> SGLDState:
     """One (p)SGLD step of one chain: ``potential(z, minibatch)`` is the minibatch potential energy on
     ``minibatch = draw_minibatch(key)`` (the plates' row indices; ``None``: the key itself).
 
@@ -113,8 +123,18 @@ def sgld_step(state: SGLDState, potential: Callable, config: SGLDConfig,
     G = None
     if state.preconditioner is not None:
         G = jax.tree.map(lambda v: 1.0 / (config.rmsprop_eps + jnp.sqrt(v)), state.preconditioner)
-    key, z, energy, grad, ok = sgld_transition(state.rng_key, state.z, state.potential_energy, state.z_grad,
-                                               potential, step_size, config.temperature, 1.0, G, draw_minibatch)
+    key, z, energy, grad, ok = sgld_transition(
+        state.rng_key,
+        state.z,
+        state.potential_energy,
+        state.z_grad,
+        potential,
+        step_size,
+        config.temperature,
+        1.0,
+        G,
+        draw_minibatch,
+    )
     precond = state.preconditioner
     if precond is not None:
         a = config.rmsprop_decay
@@ -122,8 +142,9 @@ def sgld_step(state: SGLDState, potential: Callable, config: SGLDConfig,
     moments = state.moments
     if moments is not None:
         moments = welford(moments, z, state.i >= config.num_warmup)
-    return SGLDState(state.i + 1, z, energy, grad, step_size, precond, moments,
-                     state.num_nans + jnp.where(ok, 0, 1), key)
+    return SGLDState(
+        state.i + 1, z, energy, grad, step_size, precond, moments, state.num_nans + jnp.where(ok, 0, 1), key
+    )
 
 
 # ---------------------------------------------------------------------------------------------- kernel
@@ -178,8 +199,15 @@ class SGLD(MinibatchKernel):
     kernel_name = "SGLD"
     state_axes = _STATE_AXES
 
-    setting_names = ("step_size", "schedule", "temperature", "preconditioner", "rmsprop_decay", "rmsprop_eps",
-                     "init_strategy")
+    setting_names = (
+        "step_size",
+        "schedule",
+        "temperature",
+        "preconditioner",
+        "rmsprop_decay",
+        "rmsprop_eps",
+        "init_strategy",
+    )
 
     def __init__(
         self,
@@ -228,8 +256,9 @@ class SGLD(MinibatchKernel):
 
     def sample(self, state: SGLDState, model_args, model_kwargs) -> SGLDState:
         draw = self._mb.indices  # the plates' row indices of a step's minibatch
-        return self._sample_independent(state, model_args, model_kwargs,
-                                        lambda s, potential, config: sgld_step(s, potential, config, draw))
+        return self._sample_independent(
+            state, model_args, model_kwargs, lambda s, potential, config: sgld_step(s, potential, config, draw)
+        )
 
     # ------------------------------------------------------------------ results
     def running_moments(self, state: SGLDState, combine_chains: bool = True) -> Moments:
@@ -267,10 +296,17 @@ class SGLD(MinibatchKernel):
             precond = jax.tree.map(jnp.square, grad)
         moments = None
         if self._running_moments:
-            moments = RunningMoments(jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, z),
-                                     jax.tree.map(jnp.zeros_like, z))
+            moments = RunningMoments(
+                jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, z), jax.tree.map(jnp.zeros_like, z)
+            )
         return SGLDState(
-            i=jnp.asarray(0, jnp.int32), z=z, potential_energy=energy, z_grad=grad,
-            step_size=jnp.asarray(self.schedule(0), dtype=dtype), preconditioner=precond, moments=moments,
-            num_nans=jnp.asarray(0, jnp.int32), rng_key=key,
+            i=jnp.asarray(0, jnp.int32),
+            z=z,
+            potential_energy=energy,
+            z_grad=grad,
+            step_size=jnp.asarray(self.schedule(0), dtype=dtype),
+            preconditioner=precond,
+            moments=moments,
+            num_nans=jnp.asarray(0, jnp.int32),
+            rng_key=key,
         )

@@ -149,8 +149,9 @@ def noise_scale(grad_var, min_scale: float = MIN_SCALE) -> jax.Array:
     return jnp.maximum(s / jnp.sqrt(jnp.mean(jnp.square(s))), min_scale)
 
 
-def smile_step(state: SMILEState, potential: Callable, config: SMILEConfig,
-               draw_minibatch: Callable | None = None) -> SMILEState:
+def smile_step(
+    state: SMILEState, potential: Callable, config: SMILEConfig, draw_minibatch: Callable | None = None
+) -> SMILEState:
     """One SMILE step of one chain; ``potential(z, minibatch)`` is the minibatch potential energy.
 
     Two evaluations of ``value_and_grad(potential)``, both on this step's ``minibatch =
@@ -172,8 +173,9 @@ def smile_step(state: SMILEState, potential: Callable, config: SMILEConfig,
     if config.L is not None:
         u = mclmc.partially_refresh_momentum(u, refresh_key, eps, config.L)
         u = jnp.where(jnp.any(state.momentum != 0), u, state.momentum)  # a zero velocity stays zero
-    x2, u, logdensity, g2, kinetic_change = mclmc.minibatch_mclachlan(x, u, state.logdensity_grad, value_grad, eps,
-                                                                      inverse_mass)
+    x2, u, logdensity, g2, kinetic_change = mclmc.minibatch_mclachlan(
+        x, u, state.logdensity_grad, value_grad, eps, inverse_mass
+    )
     energy_change = kinetic_change + state.logdensity - logdensity
 
     x_abs = jnp.abs(energy_change)
@@ -191,12 +193,20 @@ def smile_step(state: SMILEState, potential: Callable, config: SMILEConfig,
         var = jnp.maximum((1 - NOISE_RATE) * grad_var + NOISE_RATE * jnp.square(new_grad - mean), 1e-14)
         grad_mean, grad_var = jnp.where(update, mean, grad_mean), jnp.where(update, var, grad_var)
     return SMILEState(
-        i=state.i + 1, z=unravel(position), momentum=jnp.where(keep, u, jnp.zeros_like(u)),
-        logdensity=jnp.where(keep, logdensity, state.logdensity), logdensity_grad=new_grad,
-        step_size=step_size, stats=stats, energy_change=jnp.where(finite, energy_change, jnp.nan), reset=reset,
+        i=state.i + 1,
+        z=unravel(position),
+        momentum=jnp.where(keep, u, jnp.zeros_like(u)),
+        logdensity=jnp.where(keep, logdensity, state.logdensity),
+        logdensity_grad=new_grad,
+        step_size=step_size,
+        stats=stats,
+        energy_change=jnp.where(finite, energy_change, jnp.nan),
+        reset=reset,
         num_resets=state.num_resets + reset.astype(state.num_resets.dtype),
         num_nans=state.num_nans + (~finite).astype(state.num_nans.dtype),
-        grad_mean=grad_mean, grad_var=grad_var, rng_key=key,
+        grad_mean=grad_mean,
+        grad_var=grad_var,
+        rng_key=key,
     )
 
 
@@ -269,8 +279,17 @@ class SMILE(MinibatchKernel):
     state_axes = _STATE_AXES
     nan_advice = "Each such step was reset; start from trained weights (a deep ensemble) or a smaller step_size."
 
-    setting_names = ("step_size", "precondition", "min_scale", "tuner", "adapt_during_sampling", "L", "pretrain",
-                     "ensemble_options", "init_strategy")
+    setting_names = (
+        "step_size",
+        "precondition",
+        "min_scale",
+        "tuner",
+        "adapt_during_sampling",
+        "L",
+        "pretrain",
+        "ensemble_options",
+        "init_strategy",
+    )
 
     def __init__(
         self,
@@ -305,8 +324,9 @@ class SMILE(MinibatchKernel):
         self.step_size = float(step_size)
         self.precondition = bool(precondition)
         self.min_scale = float(min_scale)
-        self.tuner = tuner.TunerSettings(float(reset_quantile), float(adapt_prob), float(adapt_strength),
-                                         float(smoothing))
+        self.tuner = tuner.TunerSettings(
+            float(reset_quantile), float(adapt_prob), float(adapt_strength), float(smoothing)
+        )
         self.adapt_during_sampling = bool(adapt_during_sampling)
         self.L = None if L is None else float(L)
         self.pretrain = bool(pretrain)
@@ -322,7 +342,8 @@ class SMILE(MinibatchKernel):
 
     def diagnostics_str(self, state: SMILEState) -> str:
         return "step size {:.2e}. resets {}. nans {}".format(
-            float(jnp.mean(state.step_size)), int(jnp.sum(state.num_resets)), int(jnp.sum(state.num_nans)))
+            float(jnp.mean(state.step_size)), int(jnp.sum(state.num_resets)), int(jnp.sum(state.num_nans))
+        )
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         self._config = self.config(SMILEConfig, num_warmup=int(num_warmup))
@@ -332,8 +353,9 @@ class SMILE(MinibatchKernel):
 
     def sample(self, state: SMILEState, model_args, model_kwargs) -> SMILEState:
         draw = self._mb.indices  # one draw of the plates' rows per step, for both gradients
-        return self._sample_independent(state, model_args, model_kwargs,
-                                        lambda s, potential, config: smile_step(s, potential, config, draw))
+        return self._sample_independent(
+            state, model_args, model_kwargs, lambda s, potential, config: smile_step(s, potential, config, draw)
+        )
 
     def run_warnings(self, state: SMILEState) -> list[str]:
         """Non-finite energy errors, a reset rate above 20 %, and step sizes the tuner drove to its
@@ -350,13 +372,15 @@ class SMILE(MinibatchKernel):
                 f"below the initial {self.step_size:g} in chain(s) {at_bound.tolist()}: those chains either stopped "
                 "moving (a chain the minibatches keep resetting: its step size shrinks with every reset) or ran "
                 "away, unless the initial step size was far too large; drop them from the draws, or rerun with a "
-                "fixed step size (adapt_prob=0) or, for pSMILE, a larger min_scale.")
+                "fixed step size (adapt_prob=0) or, for pSMILE, a larger min_scale."
+            )
         resets = np.atleast_1d(np.asarray(state.num_resets))
         if steps > 0 and np.any(resets > 0.2 * steps):
             messages.append(
                 f"SMILE reset {resets.tolist()} of {steps} steps per chain (more than 20 %): the step size is "
                 "probably too large for this posterior; lower step_size or let the tuner shrink it "
-                "(adapt_prob > 0, a longer warmup).")
+                "(adapt_prob > 0, a longer warmup)."
+            )
         return messages
 
     # ------------------------------------------------------------------ internals
@@ -377,8 +401,18 @@ class SMILE(MinibatchKernel):
         dtype = flat.dtype
         ones = jnp.ones_like(flat) if self.precondition else None
         return SMILEState(
-            i=jnp.asarray(0, jnp.int32), z=z, momentum=jnp.zeros_like(flat), logdensity=-energy, logdensity_grad=g,
-            step_size=jnp.asarray(self.step_size, dtype), stats=tuner.init_stats(dtype),
-            energy_change=jnp.zeros((), dtype), reset=jnp.asarray(False), num_resets=jnp.asarray(0, jnp.int32),
-            num_nans=jnp.asarray(0, jnp.int32), grad_mean=ones, grad_var=ones, rng_key=key,
+            i=jnp.asarray(0, jnp.int32),
+            z=z,
+            momentum=jnp.zeros_like(flat),
+            logdensity=-energy,
+            logdensity_grad=g,
+            step_size=jnp.asarray(self.step_size, dtype),
+            stats=tuner.init_stats(dtype),
+            energy_change=jnp.zeros((), dtype),
+            reset=jnp.asarray(False),
+            num_resets=jnp.asarray(0, jnp.int32),
+            num_nans=jnp.asarray(0, jnp.int32),
+            grad_mean=ones,
+            grad_var=ones,
+            rng_key=key,
         )

@@ -149,7 +149,6 @@ def check_sequence_inputs(X, y, subsample_size: int | None, *, ranks: tuple[int,
     :raises ValueError: on a wrong rank, mismatched rows, non-finite values or a bad ``subsample_size``.
     """
     if is_concrete(X) and np.ndim(X) not in ranks:
-        raise ValueError(f"X must have {what}, got shape {tuple(np.shape(X))}. "
-                         "Add a channel axis with X[..., None].")
+        raise ValueError(f"X must have {what}, got shape {tuple(np.shape(X))}. Add a channel axis with X[..., None].")
     check_xy(X, y, x_ndim=None)
     check_subsample_size(X, subsample_size)

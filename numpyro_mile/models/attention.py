@@ -64,10 +64,20 @@ def attention_shapes(
         raise ValueError(f"the sequence length {length} is not a multiple of patch_size={patch_size}.")
     d, m = d_model, mlp_hidden
     return {
-        "embed_w": (patch_size * c_in, d), "embed_b": (d,), "pos": (length // patch_size, d),
-        "wq": (d, d), "wk": (d, d), "wv": (d, d), "wo": (d, d), "bo": (d,),
-        "mlp_w0": (d, m), "mlp_b0": (m,), "mlp_w1": (m, d), "mlp_b1": (d,),
-        "head_w": (d, num_classes), "head_b": (num_classes,),
+        "embed_w": (patch_size * c_in, d),
+        "embed_b": (d,),
+        "pos": (length // patch_size, d),
+        "wq": (d, d),
+        "wk": (d, d),
+        "wv": (d, d),
+        "wo": (d, d),
+        "bo": (d,),
+        "mlp_w0": (d, m),
+        "mlp_b0": (m,),
+        "mlp_w1": (m, d),
+        "mlp_b1": (d,),
+        "head_w": (d, num_classes),
+        "head_b": (num_classes,),
     }
 
 
@@ -77,8 +87,9 @@ def _norm(h: jax.Array) -> jax.Array:
     return (h - mean) * jax.lax.rsqrt(var + NORM_EPS)
 
 
-def attention_apply(params: Mapping[str, jax.Array], X: jax.Array, *, num_heads: int = 2,
-                    activation: Callable = jax.nn.gelu) -> jax.Array:
+def attention_apply(
+    params: Mapping[str, jax.Array], X: jax.Array, *, num_heads: int = 2, activation: Callable = jax.nn.gelu
+) -> jax.Array:
     """Forward pass of :func:`attention`: inputs ``(N, L, C_in)`` -> logits ``(N, C)``.
 
     The patch size is read from the shapes (``embed_w`` has ``patch_size * C_in`` rows).
@@ -164,8 +175,14 @@ def attention(
     mlp_hidden, patch_size = positive_int(mlp_hidden, "mlp_hidden"), positive_int(patch_size, "patch_size")
     if d_model % num_heads:
         raise ValueError(f"d_model={d_model} must be a multiple of num_heads={num_heads}.")
-    shapes = attention_shapes(jnp.shape(X)[1:], num_classes, d_model=d_model, mlp_hidden=mlp_hidden,
-                              patch_size=patch_size)
+    shapes = attention_shapes(
+        jnp.shape(X)[1:], num_classes, d_model=d_model, mlp_hidden=mlp_hidden, patch_size=patch_size
+    )
     params = sample_weights(shapes, prior_scale, prior_mean)
-    categorical_likelihood(lambda x: attention_apply(params, x, num_heads=num_heads, activation=activation),
-                           X, y, subsample_size, record_outputs)
+    categorical_likelihood(
+        lambda x: attention_apply(params, x, num_heads=num_heads, activation=activation),
+        X,
+        y,
+        subsample_size,
+        record_outputs,
+    )

@@ -72,9 +72,7 @@ def cnn_shapes(
     """
     input_shape = tuple(int(s) for s in input_shape)
     if len(input_shape) not in (2, 3):
-        raise ValueError(
-            f"input_shape must be (length, channels) or (height, width, channels), got {input_shape}."
-        )
+        raise ValueError(f"input_shape must be (length, channels) or (height, width, channels), got {input_shape}.")
     spatial, c_in = list(input_shape[:-1]), input_shape[-1]
     shapes: dict[str, tuple[int, ...]] = {}
     for k, c_out in enumerate(channels):
@@ -107,8 +105,9 @@ def _max_pool(h: jax.Array, pool: int) -> jax.Array:
 def _conv(h: jax.Array, w: jax.Array) -> jax.Array:
     """``SAME`` convolution, stride 1, of ``(N, *spatial, C_in)`` with a ``(*window, C_in, C_out)`` kernel."""
     spatial_dims = h.ndim - 2
-    return jax.lax.conv_general_dilated(h, w, window_strides=(1,) * spatial_dims, padding="SAME",
-                                        dimension_numbers=_DIMENSION_NUMBERS[spatial_dims])
+    return jax.lax.conv_general_dilated(
+        h, w, window_strides=(1,) * spatial_dims, padding="SAME", dimension_numbers=_DIMENSION_NUMBERS[spatial_dims]
+    )
 
 
 def _conv_as_matmul(h: jax.Array, w: jax.Array) -> jax.Array:
@@ -130,8 +129,14 @@ def _conv_as_matmul(h: jax.Array, w: jax.Array) -> jax.Array:
 MATMUL_MAX_ENTRIES = 2**18
 
 
-def cnn_apply(params: Mapping[str, jax.Array], X: jax.Array, *, pool: int = 2,
-              activation: Callable = jax.nn.relu, conv_impl: str = "auto") -> jax.Array:
+def cnn_apply(
+    params: Mapping[str, jax.Array],
+    X: jax.Array,
+    *,
+    pool: int = 2,
+    activation: Callable = jax.nn.relu,
+    conv_impl: str = "auto",
+) -> jax.Array:
     """Forward pass of :func:`cnn`: inputs ``(N, L, C_in)`` or ``(N, H, W, C_in)`` -> logits ``(N, C)``.
 
     :param params: dict with ``cw0, cb0, ...`` (convolutions) and ``w0, b0, ...`` (dense head).
@@ -213,15 +218,22 @@ def cnn(
         >>> mcmc.get_samples()["cw0"].shape
         (10, 3, 3, 1, 4)
     """
-    check_sequence_inputs(X, y, subsample_size, ranks=(3, 4),
-                          what="rank 4 (N, height, width, channels) or rank 3 (N, length, channels)")
+    check_sequence_inputs(
+        X, y, subsample_size, ranks=(3, 4), what="rank 4 (N, height, width, channels) or rank 3 (N, length, channels)"
+    )
     check_labels(y, num_classes)
     if conv_impl not in ("auto", "lax", "matmul"):
         raise ValueError(f"conv_impl must be 'auto', 'lax' or 'matmul', got {conv_impl!r}.")
     kernel_size, pool = positive_int(kernel_size, "kernel_size"), positive_int(pool, "pool")
     channels, hidden = positive_ints(channels, "channels"), positive_ints(hidden, "hidden")
-    shapes = cnn_shapes(jnp.shape(X)[1:], num_classes, channels=channels, kernel_size=kernel_size, pool=pool,
-                        hidden=hidden)
+    shapes = cnn_shapes(
+        jnp.shape(X)[1:], num_classes, channels=channels, kernel_size=kernel_size, pool=pool, hidden=hidden
+    )
     params = sample_weights(shapes, prior_scale, prior_mean)
-    categorical_likelihood(lambda x: cnn_apply(params, x, pool=pool, activation=activation, conv_impl=conv_impl),
-                           X, y, subsample_size, record_outputs)
+    categorical_likelihood(
+        lambda x: cnn_apply(params, x, pool=pool, activation=activation, conv_impl=conv_impl),
+        X,
+        y,
+        subsample_size,
+        record_outputs,
+    )

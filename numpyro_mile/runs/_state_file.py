@@ -23,8 +23,16 @@ import numpyro
 from .._version import __version__
 from ..sample_store import atomic_write_bytes
 
-__all__ = ["CHECKPOINT_VERSION", "CheckpointError", "checkpoint_state", "digest", "read", "resumed_state", "versions",
-           "write"]
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "CheckpointError",
+    "checkpoint_state",
+    "digest",
+    "read",
+    "resumed_state",
+    "versions",
+    "write",
+]
 
 #: version of the checkpoint file format
 CHECKPOINT_VERSION = 1
@@ -52,8 +60,10 @@ def _encode(tree, leaves: list) -> Any:
         return None
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):
         cls = type(tree)
-        return {"namedtuple": f"{cls.__module__}:{cls.__qualname__}",
-                "fields": {f: _encode(getattr(tree, f), leaves) for f in tree._fields}}
+        return {
+            "namedtuple": f"{cls.__module__}:{cls.__qualname__}",
+            "fields": {f: _encode(getattr(tree, f), leaves) for f in tree._fields},
+        }
     if isinstance(tree, dict):
         return {"dict": [[_encode_key(k), _encode(v, leaves)] for k, v in tree.items()]}
     if isinstance(tree, (tuple, list)):
@@ -101,8 +111,10 @@ def _decode(node, leaves: list) -> Any:
         cls = _import_namedtuple(node["namedtuple"])
         fields = node["fields"]
         if tuple(fields) != tuple(cls._fields):
-            raise CheckpointError(f"{node['namedtuple']} has fields {cls._fields} here, the checkpoint has "
-                                  f"{tuple(fields)}: it was written by another version of that class.")
+            raise CheckpointError(
+                f"{node['namedtuple']} has fields {cls._fields} here, the checkpoint has "
+                f"{tuple(fields)}: it was written by another version of that class."
+            )
         return cls(*(_decode(fields[f], leaves) for f in cls._fields))
     if "dict" in node:
         return {_decode_key(k): _decode(v, leaves) for k, v in node["dict"]}
@@ -124,7 +136,6 @@ def _decode(node, leaves: list) -> Any:
     return array
 
 
-
 def digest(value) -> str:
     """SHA-256 of an array-like's dtype, shape and bytes."""
     if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
@@ -135,7 +146,6 @@ def digest(value) -> str:
     return h.hexdigest()[:16]
 
 
-
 def versions() -> dict:
     return {"jax": jax.__version__, "numpyro": numpyro.__version__, "numpyro_mile": __version__}
 
@@ -144,8 +154,14 @@ def write(path, payload: dict, meta: dict) -> Path:
     path = Path(path)
     leaves: list[np.ndarray] = []
     structure = _encode(payload, leaves)
-    meta = dict(meta, version=CHECKPOINT_VERSION, structure=structure,
-                checksums=[digest(leaf) for leaf in leaves], versions=versions(), time=time.time())
+    meta = dict(
+        meta,
+        version=CHECKPOINT_VERSION,
+        structure=structure,
+        checksums=[digest(leaf) for leaf in leaves],
+        versions=versions(),
+        time=time.time(),
+    )
     buffer = io.BytesIO()
     arrays = {f"a{i}": leaf for i, leaf in enumerate(leaves)}
     arrays[_META] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
@@ -198,6 +214,12 @@ def resumed_state(kernel, saved, fresh):
         return state
     # chains sharded over devices: the saved leaves (host arrays) placed as ``fresh``'s, which is how the compiled
     # step returns them, or the resumed run compiles its step twice (see numpyro_mile._arrays.place_state)
-    return jax.tree.map(lambda leaf, like: jax.device_put(leaf, like.sharding)
-                        if isinstance(getattr(like, "sharding", None), jax.sharding.NamedSharding) else leaf,
-                        state, fresh)
+    return jax.tree.map(
+        lambda leaf, like: (
+            jax.device_put(leaf, like.sharding)
+            if isinstance(getattr(like, "sharding", None), jax.sharding.NamedSharding)
+            else leaf
+        ),
+        state,
+        fresh,
+    )

@@ -4,7 +4,8 @@
 arrays (namedtuples, dicts, tuples, lists, ``None``; MILE, SGLD, ICSGLD, NUTS/HMC) in one file.
 Writes are atomic (a temporary file, ``fsync``, ``os.replace``): a crash while saving leaves
 the previous checkpoint readable. The file records a format version, a SHA-256 checksum of
-every array (a truncated or damaged file raises :class:`~numpyro_mile.runs._state_file.CheckpointError`) and a fingerprint of
+every array (a truncated or damaged file raises :class:`~numpyro_mile.runs._state_file.CheckpointError`) and a
+fingerprint of
 the run (kernel class and settings, model, data, MCMC settings) that is checked on loading.
 Between NumPyro runs this is all that is needed::
 
@@ -32,8 +33,16 @@ import numpy as np
 
 from ._state_file import CHECKPOINT_VERSION, CheckpointError, checkpoint_state, digest, read, write
 
-__all__ = ["CHECKPOINT_VERSION", "Checkpoint", "CheckpointError", "check_fingerprint", "load_checkpoint",
-           "run_fingerprint", "save_checkpoint"]
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "Checkpoint",
+    "CheckpointError",
+    "check_fingerprint",
+    "load_checkpoint",
+    "run_fingerprint",
+    "save_checkpoint",
+]
+
 
 class Checkpoint(NamedTuple):
     """A loaded checkpoint.
@@ -57,10 +66,21 @@ class Checkpoint(NamedTuple):
 # ============================================================================== fingerprint
 #: attributes that NumPyro's own kernels (HMC, NUTS, ...) set in ``init``, not settings: left out of their fingerprint
 #: (this package's kernels list their settings themselves: ``kernel.settings()``)
-_NUMPYRO_RUNTIME_ATTRS = frozenset({
-    "_sample_fn", "_init_fn", "_postprocess_fn", "_potential_fn_gen", "_postprocess_fn_gen", "_inv_transforms",
-    "_dynamic_support", "_prototype_trace", "_model", "_cache", "_num_warmup",
-})
+_NUMPYRO_RUNTIME_ATTRS = frozenset(
+    {
+        "_sample_fn",
+        "_init_fn",
+        "_postprocess_fn",
+        "_potential_fn_gen",
+        "_postprocess_fn_gen",
+        "_inv_transforms",
+        "_dynamic_support",
+        "_prototype_trace",
+        "_model",
+        "_cache",
+        "_num_warmup",
+    }
+)
 
 
 def _qualname(fn) -> str:
@@ -82,8 +102,11 @@ def _describe(value, depth: int = 0):
     if isinstance(value, dict):
         return {str(k): _describe(v, depth + 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, functools.partial):
-        return {"partial": _qualname(value.func), "args": _describe(value.args, depth + 1),
-                "keywords": _describe(value.keywords, depth + 1)}
+        return {
+            "partial": _qualname(value.func),
+            "args": _describe(value.args, depth + 1),
+            "keywords": _describe(value.keywords, depth + 1),
+        }
     if callable(value):
         return _qualname(value)
     return type(value).__qualname__
@@ -96,8 +119,10 @@ def _kernel_settings(kernel) -> dict:
     for name, value in sorted(vars(kernel).items()):
         if name in _NUMPYRO_RUNTIME_ATTRS:
             continue
-        if name.startswith("_") and not (isinstance(value, (bool, int, float, str, functools.partial))
-                                         or (callable(value) and not isinstance(value, type))):
+        if name.startswith("_") and not (
+            isinstance(value, (bool, int, float, str, functools.partial))
+            or (callable(value) and not isinstance(value, type))
+        ):
             continue  # private containers and objects are runtime state, not settings
         settings[name] = _describe(value)
     return settings
@@ -166,8 +191,10 @@ _RENAMED_SETTINGS = {"_potential_fn": "potential_fn", "_running_moments": "runni
 def _differences(saved: dict, now: dict, prefix: str = "") -> list[str]:
     out = []
     if prefix == "kernel_settings.":
-        saved = {(_RENAMED_SETTINGS[key] if key in _RENAMED_SETTINGS and key not in now else key): value
-                 for key, value in saved.items()}
+        saved = {
+            (_RENAMED_SETTINGS[key] if key in _RENAMED_SETTINGS and key not in now else key): value
+            for key, value in saved.items()
+        }
     for key in sorted(set(saved) | set(now)):
         absent = _LATER_SETTINGS.get(key, "<absent>") if prefix == "kernel_settings." else "<absent>"
         a, b = saved.get(key, absent), now.get(key, absent)
@@ -179,11 +206,13 @@ def _differences(saved: dict, now: dict, prefix: str = "") -> list[str]:
 
 
 def check_fingerprint(saved: dict, now: dict, path, *, ignore: tuple[str, ...] = ()) -> None:
-    """Raise :class:`~numpyro_mile.runs._state_file.CheckpointError` listing every entry where ``saved`` and ``now`` differ."""
+    """Raise :class:`~numpyro_mile.runs._state_file.CheckpointError` listing every entry where ``saved`` and
+    ``now`` differ."""
     diffs = [d for d in _differences(saved, now) if d.split(":")[0] not in ignore]
     if diffs:
         raise CheckpointError(
-            f"the checkpoint {path} was written by another run; it differs in\n  " + "\n  ".join(diffs)
+            f"the checkpoint {path} was written by another run; it differs in\n  "
+            + "\n  ".join(diffs)
             + "\nResume with the original model, data, kernel and MCMC settings, or delete the checkpoint "
             "(or pass resume=False) to start a new run."
         )
@@ -199,8 +228,14 @@ def _step_of(state) -> int | None:
         return None
 
 
-def save_checkpoint(source, path: str | os.PathLike, *, model_args: tuple = (), model_kwargs: dict | None = None,
-                    metadata: dict | None = None) -> Path:
+def save_checkpoint(
+    source,
+    path: str | os.PathLike,
+    *,
+    model_args: tuple = (),
+    model_kwargs: dict | None = None,
+    metadata: dict | None = None,
+) -> Path:
     """Save an MCMC run's state (``mcmc.last_state``) or any state pytree, atomically.
 
     :param source: a ``numpyro.infer.MCMC`` after ``run`` or ``warmup`` (its ``last_state``
@@ -232,18 +267,25 @@ def save_checkpoint(source, path: str | os.PathLike, *, model_args: tuple = (), 
             fingerprint["data"] = None  # not recorded: not checked on loading
     else:
         state, fingerprint = source, {}
-    meta = {"kind": "state", "step": _step_of(state), "num_draws": 0, "fingerprint": fingerprint,
-            "metadata": dict(metadata or {})}
+    meta = {
+        "kind": "state",
+        "step": _step_of(state),
+        "num_draws": 0,
+        "fingerprint": fingerprint,
+        "metadata": dict(metadata or {}),
+    }
     return write(path, {"state": state}, meta)
 
 
-def load_checkpoint(path: str | os.PathLike, *, mcmc=None, model_args: tuple | None = None,
-                    model_kwargs: dict | None = None) -> Checkpoint:
+def load_checkpoint(
+    path: str | os.PathLike, *, mcmc=None, model_args: tuple | None = None, model_kwargs: dict | None = None
+) -> Checkpoint:
     """Load a checkpoint written by :func:`save_checkpoint` or :func:`run_chunked`.
 
     :param path: the checkpoint file.
     :param mcmc: optional ``MCMC`` to continue: the checkpoint's fingerprint must match its
-        kernel and settings (raises :class:`~numpyro_mile.runs._state_file.CheckpointError` listing the differences), and its
+        kernel and settings (raises :class:`~numpyro_mile.runs._state_file.CheckpointError` listing the
+        differences), and its
         ``post_warmup_state`` is set, so that ``mcmc.run(ckpt.state.rng_key, ...)`` continues.
     :param model_args: the model's arguments; when given with ``mcmc``, their digest is checked too.
     :param model_kwargs: its keyword arguments (checked together with ``model_args``).
@@ -251,11 +293,14 @@ def load_checkpoint(path: str | os.PathLike, *, mcmc=None, model_args: tuple | N
     :raises CheckpointError: truncated or damaged file, another format version, another run.
     """
     payload, meta = read(path)
-    ckpt = Checkpoint(state=payload["state"], step=meta.get("step"), num_draws=int(meta.get("num_draws", 0)),
-                      fingerprint=meta.get("fingerprint", {}), metadata=dict(meta.get("metadata", {}),
-                                                                              versions=meta.get("versions"),
-                                                                              time=meta.get("time")),
-                      extra={k: v for k, v in payload.items() if k != "state"})
+    ckpt = Checkpoint(
+        state=payload["state"],
+        step=meta.get("step"),
+        num_draws=int(meta.get("num_draws", 0)),
+        fingerprint=meta.get("fingerprint", {}),
+        metadata=dict(meta.get("metadata", {}), versions=meta.get("versions"), time=meta.get("time")),
+        extra={k: v for k, v in payload.items() if k != "state"},
+    )
     if mcmc is not None:
         now = run_fingerprint(mcmc, model_args or (), model_kwargs)
         unknown = (model_args is None and model_kwargs is None) or ckpt.fingerprint.get("data") is None

@@ -89,7 +89,8 @@ class ChunkedRun(NamedTuple):
         return load_samples(self.sample_dir, group_by_chain=group_by_chain, group="sample_stats")
 
     def to_inference_data(self, upcast: bool = False):
-        """ArviZ ``InferenceData`` over the memory-mapped store (:func:`numpyro_mile.inference_data.load_inference_data`)."""
+        """ArviZ ``InferenceData`` over the memory-mapped store
+        (:func:`numpyro_mile.inference_data.load_inference_data`)."""
         return load_inference_data(self.sample_dir, upcast=upcast)
 
 
@@ -108,7 +109,7 @@ def _collect_spec(kernel, extra_fields) -> tuple[tuple[str, ...], tuple[str, ...
     fields, removed = {}, {}
     for name in (sample_field,) + tuple(kernel.default_fields) + tuple(extra_fields):
         if name.startswith(f"~{sample_field}."):
-            removed[name[len(sample_field) + 2:]] = None
+            removed[name[len(sample_field) + 2 :]] = None
         else:
             fields[name] = None
     return tuple(fields), tuple(removed)
@@ -134,8 +135,9 @@ def _make_transform_of(kernel, mcmc_postprocess, vectorized: bool, fields, remov
     arguments (``MCMC``'s ``postprocess_fn``, else the kernel's)."""
 
     def transform_of(model_args, model_kwargs):
-        postprocess = mcmc_postprocess if mcmc_postprocess is not None else kernel.postprocess_fn(model_args,
-                                                                                                  model_kwargs)
+        postprocess = (
+            mcmc_postprocess if mcmc_postprocess is not None else kernel.postprocess_fn(model_args, model_kwargs)
+        )
         return _make_transform(jax.vmap(postprocess) if vectorized else postprocess, fields, removed)
 
     return transform_of
@@ -183,8 +185,11 @@ def _cached_advance(key, kernel, build: Callable) -> Callable:
 def _device_ids(tree) -> tuple[int, ...]:
     """Ids of the devices ``tree``'s arrays are on: part of the chunk program's key, as a program traced for
     chains sharded over some devices constrains its output to them."""
-    return tuple(sorted({device.id for x in jax.tree.leaves(tree) if isinstance(x, jax.Array)
-                         for device in x.sharding.device_set}))
+    return tuple(
+        sorted(
+            {device.id for x in jax.tree.leaves(tree) if isinstance(x, jax.Array) for device in x.sharding.device_set}
+        )
+    )
 
 
 def _strong(state):
@@ -203,8 +208,10 @@ def _check_mcmc(mcmc, chunk_size):
         raise ValueError(f"chunk_size must be a positive integer (steps per chunk), got {chunk_size!r}.")
     method = mcmc.chain_method
     if mcmc.num_chains > 1 and method not in ("vectorized", "sequential", "parallel"):
-        raise ValueError("run_chunked supports chain_method 'vectorized', 'sequential' and 'parallel' "
-                         f"(run as sequential), got {method!r}.")
+        raise ValueError(
+            "run_chunked supports chain_method 'vectorized', 'sequential' and 'parallel' "
+            f"(run as sequential), got {method!r}."
+        )
     if mcmc.num_chains > 1 and mcmc.sampler.is_ensemble_kernel and method != "vectorized":
         raise ValueError("an ensemble kernel needs chain_method='vectorized'.")
 
@@ -277,12 +284,14 @@ def run_chunked(
     thinning = int(mcmc.thinning)
     num_steps = num_warmup + num_samples
     checkpoint_path = Path(checkpoint_path)
-    sample_dir = Path(sample_dir) if sample_dir is not None else checkpoint_path.with_name(
-        checkpoint_path.name + ".samples")
+    sample_dir = (
+        Path(sample_dir) if sample_dir is not None else checkpoint_path.with_name(checkpoint_path.name + ".samples")
+    )
     store_dtype = None if storage_dtype(store_dtype) is None else storage_dtype(store_dtype).name
     layout = _layout(mcmc)
-    fingerprint = run_fingerprint(mcmc, args, kwargs, extra_fields=list(extra_fields), store_dtype=store_dtype,
-                                  rng_key=digest(rng_key))
+    fingerprint = run_fingerprint(
+        mcmc, args, kwargs, extra_fields=list(extra_fields), store_dtype=store_dtype, rng_key=digest(rng_key)
+    )
     fingerprint["chain_method"] = layout
     init_params = jax.tree.map(lambda x: jax.lax.convert_element_type(x, jnp.result_type(x)), init_params)
     keys = jax.random.split(rng_key, num_chains) if num_chains > 1 and is_prng_key(rng_key) else rng_key
@@ -295,8 +304,14 @@ def run_chunked(
     fields, removed = _collect_spec(kernel, extra_fields)
     transform_of = _make_transform_of(kernel, mcmc.postprocess_fn, layout == "vectorized", fields, removed)
     spec = _store_spec(jax.eval_shape(transform_of(args, kwargs), states[0]), layout)
-    store = SampleStore.create(sample_dir, spec, num_chains=num_chains, num_draws=num_samples // thinning,
-                               store_dtype=store_dtype, attrs={"num_warmup": num_warmup, "thinning": thinning})
+    store = SampleStore.create(
+        sample_dir,
+        spec,
+        num_chains=num_chains,
+        num_draws=num_samples // thinning,
+        store_dtype=store_dtype,
+        attrs={"num_warmup": num_warmup, "thinning": thinning},
+    )
     if store.num_written != drawn:  # a crash after the store advanced but before the checkpoint did
         store.commit(drawn)
 
@@ -304,8 +319,13 @@ def run_chunked(
         return jax.tree.map(lambda *xs: jnp.stack(xs), *states) if layout == "sequential" else states[0]
 
     def save(step_done, draws_done):
-        meta = {"kind": "chunked", "step": step_done, "num_draws": draws_done, "fingerprint": fingerprint,
-                "metadata": {"kind": "chunked", "layout": layout, "sample_dir": str(sample_dir)}}
+        meta = {
+            "kind": "chunked",
+            "step": step_done,
+            "num_draws": draws_done,
+            "fingerprint": fingerprint,
+            "metadata": {"kind": "chunked", "layout": layout, "sample_dir": str(sample_dir)},
+        }
         write(checkpoint_path, {"state": checkpoint_state(kernel, stacked_state()), "init_keys": keys}, meta)
 
     if ckpt is None:
@@ -318,9 +338,19 @@ def run_chunked(
     # same shapes reuses the program
     settings = {name: value for name, value in fingerprint.items() if name not in ("data", "rng_key")}
     advance = _cached_advance(
-        (json.dumps(settings, sort_keys=True), data.key, layout, chunk_len, num_buffer, fields, removed,
-         _device_ids(states)), kernel,
-        lambda: _make_advance(kernel, data.key, transform_of, chunk_len, num_buffer))
+        (
+            json.dumps(settings, sort_keys=True),
+            data.key,
+            layout,
+            chunk_len,
+            num_buffer,
+            fields,
+            removed,
+            _device_ids(states),
+        ),
+        kernel,
+        lambda: _make_advance(kernel, data.key, transform_of, chunk_len, num_buffer),
+    )
     bar = tqdm(total=num_steps, initial=step, disable=not mcmc.progress_bar)
     try:
         while step < num_steps:
@@ -330,8 +360,7 @@ def run_chunked(
             t0, c0 = time.perf_counter(), time.process_time()
             buffers = []
             for c, state in enumerate(states):
-                states[c], buffer = advance(state, jnp.asarray(stop - step, jnp.int32), jnp.asarray(slots),
-                                            data.arrays)
+                states[c], buffer = advance(state, jnp.asarray(stop - step, jnp.int32), jnp.asarray(slots), data.arrays)
                 buffers.append(jax.device_get(buffer) if n_kept else None)
             if n_kept:
                 store.write(_gather(buffers, spec, n_kept, layout), first)
@@ -355,8 +384,11 @@ def _layout(mcmc) -> str:
     if mcmc.chain_method == "vectorized":
         return "vectorized"
     if mcmc.chain_method == "parallel":
-        warnings.warn("run_chunked runs chain_method='parallel' chains one after the other (as 'sequential').",
-                      UserWarning, stacklevel=3)
+        warnings.warn(
+            "run_chunked runs chain_method='parallel' chains one after the other (as 'sequential').",
+            UserWarning,
+            stacklevel=3,
+        )
     return "sequential"
 
 
@@ -364,19 +396,25 @@ def _resume_point(path: Path, fingerprint: dict, layout: str) -> Checkpoint:
     """The checkpoint to resume from, after checking that it is this run's."""
     ckpt = load_checkpoint(path)
     if ckpt.metadata.get("kind") != "chunked" or ckpt.metadata.get("layout") != layout:
-        raise CheckpointError(f"{path} was not written by run_chunked with this chain layout; pass another "
-                              "checkpoint_path.")
+        raise CheckpointError(
+            f"{path} was not written by run_chunked with this chain layout; pass another checkpoint_path."
+        )
     check_fingerprint(ckpt.fingerprint, fingerprint, path)
     saved_versions = ckpt.metadata.get("versions") or {}
     if saved_versions and saved_versions != versions():
-        warnings.warn(f"{path} was written with {saved_versions}, this process runs {versions()}: the resumed draws "
-                      "may differ in the last bits from an uninterrupted run.", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{path} was written with {saved_versions}, this process runs {versions()}: the resumed draws "
+            "may differ in the last bits from an uninterrupted run.",
+            UserWarning,
+            stacklevel=3,
+        )
     return ckpt
 
 
 def _init_states(kernel, layout, keys, num_warmup, init_params, ckpt, args, kwargs) -> list:
     """Initial states: ``kernel.init`` as ``MCMC.run`` calls it, or, when resuming, ``init`` at the saved
     positions (it rebuilds the kernel's closures; for MILE without pretraining) and then the saved state."""
+
     def init(key, params):
         return kernel.init(key, num_warmup, params, model_args=args, model_kwargs=kwargs)
 
@@ -387,11 +425,14 @@ def _init_states(kernel, layout, keys, num_warmup, init_params, ckpt, args, kwar
         return [_strong(resumed_state(kernel, ckpt.state, fresh))]
     num_chains = keys.shape[0]
     if ckpt is None:
-        return [_strong(init(keys[c], None if init_params is None else jax.tree.map(lambda x: x[c], init_params)))
-                for c in range(num_chains)]
+        return [
+            _strong(init(keys[c], None if init_params is None else jax.tree.map(lambda x: x[c], init_params)))
+            for c in range(num_chains)
+        ]
     saved = [jax.tree.map(lambda x: x[c], ckpt.state) for c in range(num_chains)]
-    return [_strong(resumed_state(kernel, saved[c], init(keys[c], _positions(kernel, saved[c]))))
-            for c in range(num_chains)]
+    return [
+        _strong(resumed_state(kernel, saved[c], init(keys[c], _positions(kernel, saved[c])))) for c in range(num_chains)
+    ]
 
 
 def _store_spec(proto: dict, layout: str) -> dict:
@@ -401,14 +442,17 @@ def _store_spec(proto: dict, layout: str) -> dict:
     for group, values in proto.items():
         for name, shape in values.items():
             if not hasattr(shape, "shape"):
-                raise ValueError(f"extra field {name!r} is not an array; collect one of its array sub-fields "
-                                 f"(e.g. '{name}.step_size').")
+                raise ValueError(
+                    f"extra field {name!r} is not an array; collect one of its array sub-fields "
+                    f"(e.g. '{name}.step_size')."
+                )
             spec.setdefault(group, {})[name] = (shape.shape[lead:], shape.dtype)
     return spec
 
 
-def _chunk_slots(step: int, stop: int, chunk_len: int, num_warmup: int, num_samples: int,
-                 thinning: int) -> tuple[np.ndarray, int, int]:
+def _chunk_slots(
+    step: int, stop: int, chunk_len: int, num_warmup: int, num_samples: int, thinning: int
+) -> tuple[np.ndarray, int, int]:
     """For steps ``step+1 .. stop``: the buffer slot of each kept state (-1: not kept), the index of the
     chunk's first draw, and the number of draws kept in the chunk."""
     first = _num_kept(step, num_warmup, num_samples, thinning)

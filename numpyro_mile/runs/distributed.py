@@ -65,6 +65,7 @@ __all__ = [
     "to_host",
 ]
 
+
 class DistributedRun(NamedTuple):
     """Result of :func:`run_distributed`.
 
@@ -393,8 +394,11 @@ def sharded_deep_ensemble(
     if int(num_members) != num_members or num_members < 1:
         raise ValueError(f"num_members must be a positive integer, got {num_members!r}.")
     mesh = chain_mesh() if mesh is None else mesh
-    option_names = {name for name, p in inspect.signature(fit_members).parameters.items()
-                    if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    option_names = {
+        name
+        for name, p in inspect.signature(fit_members).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
     options = {k: v for k, v in kwargs.items() if k in option_names}
     model_kwargs = {k: v for k, v in kwargs.items() if k not in option_names}
     keys = shard_chains(jax.random.split(rng_key, num_members), mesh, num_members)
@@ -438,7 +442,7 @@ def collectives(compiled: Any) -> list[Collective]:
         shape = match.group("shape")
         arrays = _ARRAY.findall(shape)
         if match.group("start") and shape.startswith("("):  # async start: (operands, results, ...) tuple
-            arrays = arrays[len(arrays) // 2:] if len(arrays) > 1 else arrays
+            arrays = arrays[len(arrays) // 2 :] if len(arrays) > 1 else arrays
         count = sum(int(np.prod([int(d) for d in dims.split(",") if d])) for dims in arrays)
         out.append(Collective(match.group("op") + (match.group("start") or ""), shape, count))
     return out

@@ -75,23 +75,42 @@ def run(checkout: Path, name: str) -> dict:
 
     zeros = jnp.zeros(dim, dtype)
     state = IntegratorState(zeros, zeros, jnp.zeros((), dtype), zeros)
-    params = MCLMCAdaptationState(L=jnp.maximum(jnp.sqrt(dim), 15.0).astype(dtype),
-                                  step_size=jnp.asarray(STEP_SIZE_INIT, dtype), sqrt_diag_cov=jnp.ones(dim, dtype))
+    params = MCLMCAdaptationState(
+        L=jnp.maximum(jnp.sqrt(dim), 15.0).astype(dtype),
+        step_size=jnp.asarray(STEP_SIZE_INIT, dtype),
+        sqrt_diag_cov=jnp.ones(dim, dtype),
+    )
     key12, key3 = jax.random.split(jax.random.PRNGKey(0))
     state, params = make_L_step_size_adaptation(
-        kernel=kernel, dim=dim, tune1_steps=n1, tune2_steps=n2, diagonal_preconditioning=False,
-        desired_energy_var_start=start, desired_energy_var_end=end, trust_in_estimate=TRUST,
-        num_effective_samples=N_EFF)(state, params, key12)
+        kernel=kernel,
+        dim=dim,
+        tune1_steps=n1,
+        tune2_steps=n2,
+        diagonal_preconditioning=False,
+        desired_energy_var_start=start,
+        desired_energy_var_end=end,
+        trust_in_estimate=TRUST,
+        num_effective_samples=N_EFF,
+    )(state, params, key12)
     jax.effects_barrier()
     phase2_L, step_size = float(params.L), float(params.step_size)
     state, params = make_adaptation_L(kernel(None, nan_share=0.0), Lfactor=L_FACTOR)(state, params, n3, key3)
     jax.effects_barrier()
     assert len(calls) == n1 + n2 + n3, len(calls)
     step_sizes, energy_changes, positions = (np.array([c[i] for c in calls]) for i in range(3))
-    return dict(dim=dim, num_warmup=num_warmup, phases=np.array([n1, n2, n3]), target=np.array([start, end]),
-                x64=x64, step_sizes=step_sizes, energy_changes=energy_changes,
-                positions=positions[n1 - 1:].astype(np.float32),  # from the last Phase I step
-                final_step_size=step_size, phase2_L=phase2_L, final_L=float(params.L))
+    return dict(
+        dim=dim,
+        num_warmup=num_warmup,
+        phases=np.array([n1, n2, n3]),
+        target=np.array([start, end]),
+        x64=x64,
+        step_sizes=step_sizes,
+        energy_changes=energy_changes,
+        positions=positions[n1 - 1 :].astype(np.float32),  # from the last Phase I step
+        final_step_size=step_size,
+        phase2_L=phase2_L,
+        final_L=float(params.L),
+    )
 
 
 if __name__ == "__main__":
@@ -102,8 +121,9 @@ if __name__ == "__main__":
         result = run(checkout, sys.argv[3])
         np.savez(out, **result)
     else:
-        commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
         parts = {}
         for name in SCENARIOS:
             tmp = out.with_suffix(f".{name}.npz")
@@ -113,6 +133,7 @@ if __name__ == "__main__":
             tmp.unlink()
         import blackjax
 
-        np.savez_compressed(out, reference_commit=commit, jax_version=jax.__version__,
-                            blackjax_version=blackjax.__version__, **parts)
+        np.savez_compressed(
+            out, reference_commit=commit, jax_version=jax.__version__, blackjax_version=blackjax.__version__, **parts
+        )
         print(f"wrote {out}")
