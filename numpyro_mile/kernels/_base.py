@@ -58,10 +58,13 @@ def rejected_steps_message(kernel_name: str, num_nans, advice: str) -> str | Non
     )
 
 
-def chain_axes(state_type, shared: tuple[str, ...] = ("i", "data")):
+def chain_axes(state_type, shared: tuple[str, ...] | None = None):
     """The vmap axes of a ``vectorized`` state of ``state_type`` (a NamedTuple class), declared by name: ``None``
-    for the ``shared`` fields (one value for all chains), ``0`` (a leading chain axis) for every other field, so
-    that a new field of the state gets its axis without counting positions."""
+    for the ``shared`` fields (one value for all chains; default: the state's ``i`` and ``data`` fields), ``0`` (a
+    leading chain axis) for every other field, so that a new field of the state gets its axis without counting
+    positions."""
+    if shared is None:
+        shared = tuple(name for name in ("i", "data") if name in state_type._fields)
     unknown = sorted(set(shared) - set(state_type._fields))
     if unknown:
         raise TypeError(f"{state_type.__name__} has no field(s) {unknown}.")
