@@ -78,10 +78,9 @@ CHAIN_AXIS = "chains"
 
 
 #: ``vectorized`` chains are sharded by default when one step of all of them costs at least this many
-#: floating-point operations (XLA's count). NumPyro's progress bar calls the compiled step once per step,
-#: and a step split over several CPU devices costs ~0.8 ms more per call to launch (2-core machine): below
-#: ~20 MFLOP per step (about 1.3 ms on one device) sharding made a progress-bar run slower (diabetes, 4
-#: chains: 41 s on one device, 65 s on two), above it faster (airfoil, 12 chains, 57 MFLOP: 3.5 vs 2.0 ms).
+#: floating-point operations (XLA's count): NumPyro's progress bar calls the compiled step once per step, and
+#: a step split over several devices pays a launch on each, which a cheap step does not earn back. The value
+#: comes from CPU measurements (docs/distributed.md says which).
 MIN_SHARDED_STEP_FLOPS = 2e7
 
 

@@ -203,9 +203,8 @@ def demo(args: argparse.Namespace) -> int:
     say(f"deep ensemble trained in {de_seconds:.1f} s (epochs {np.asarray(ensemble.num_epochs).tolist()})")
 
     # MILE through run_chunked: the same draws as mile_mcmc.run, with the progress bar moved after each compiled
-    # chunk of steps instead of NumPyro's per-step launch from Python (1.07x on one CPU device, 1.7x for MILE's
-    # sharded steps on two: docs/benchmarks/defaults.md); on several devices BDE's bars already update from inside
-    # its compiled loops (ChainsOverDevices)
+    # chunk of steps instead of NumPyro's per-step launch from Python (what that launch costs:
+    # docs/benchmarks/defaults.md); on several devices BDE's bars already update from inside its compiled loops
     say(
         f"MILE: {args.mile_warmup:,} warmup + {args.mile_samples:,} steps per chain (thinned by {args.thinning}), "
         "run_chunked ..."

@@ -2,15 +2,13 @@
 
 Every compiled XLA:CPU program keeps its own memory mappings until JAX drops it from its caches, and the
 suite compiles thousands (each toy model, shape and setting; NumPyro's sampling loop on every ``MCMC.run``).
-An xdist worker that runs half the suite passed Linux's limit of 65,530 mappings per process
-(``vm.max_map_count``): LLVM then failed with "Cannot allocate memory" or the worker segfaulted, in the
-next test that compiled something (``tests/test_smile.py::test_tuner_rules`` in every full run of
-2026-12-03). Measured with ``tests/test_mile.py`` + ``tests/test_smile.py`` in one process: 23,592 mappings
-at the end without clearing, 1,508 with it, the same wall time (216 vs 218 s).
+An xdist worker that runs half the suite can pass Linux's limit of mappings per process
+(``vm.max_map_count``, 65,530 by default): LLVM then fails with "Cannot allocate memory" or the worker
+segfaults in the next test that compiles something. Clearing JAX's caches after each module keeps the
+mappings far below the limit at no cost in wall time.
 
 JAX's persistent compilation cache stays off in the test processes (its own tests turn it on in a
-subprocess): the full suite took 792 s on 2 workers without it (2-core machine, 2026-12-03), less than
-the 846 s recorded with it before.
+subprocess, the estimator checks for their module): on the whole suite it did not pay for its writes.
 """
 
 from __future__ import annotations
