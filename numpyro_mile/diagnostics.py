@@ -23,7 +23,7 @@ of 4, all ``n`` draws are ranked and the first ``4 m`` normalised values are use
 with ``W`` the mean of the pieces' variances and ``B`` the variance of the pieces' means
 (both with ``ddof=1``). cR-hat is the mean of these over chains. There is no further
 splitting of the pieces, no folded variant and no maximum with anything.
-``method="arviz_rank"`` gives the earlier definition of this package: ArviZ's rank-normalised
+``method="arviz_rank"`` gives ArviZ's statistic instead: its rank-normalised
 split R-hat (``arviz.rhat(method="rank")``) with a chain's pieces as ArviZ's chains.
 """
 
@@ -231,7 +231,7 @@ def chainwise_rhat(samples, num_splits: int = 4, method: str = "mile"):
     the pieces, no folded variant, no maximum with anything. Where ``W = 0`` (e.g. an element
     constant in a chain) the chain's value is NaN, and so is the mean over chains.
 
-    ``method="arviz_rank"`` is this package's earlier definition: the trailing draws are
+    ``method="arviz_rank"`` applies ArviZ's statistic within each chain: the trailing draws are
     dropped, the pieces are treated as chains and ArviZ's rank-normalised split R-hat
     (``arviz.rhat(method="rank")``, which ranks the pieces jointly, splits each piece in two
     and takes the maximum of the bulk and folded R-hat) is computed within every chain.
