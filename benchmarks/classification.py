@@ -406,7 +406,7 @@ NOTES = """
   0.8, diagonal mass), not run to completion: its time is projected as (one-chain gradient time, compiled) x
   (leapfrog steps per iteration) x 2000 iterations x K chains run one after another. The leapfrog steps come
   from a measured NUTS segment where one ran (ionosphere); otherwise the maximum, 1023, is assumed, which is
-  what NUTS used on this project's UCI BNNs (about 1000 gradients per iteration, docs/benchmarks/uci_medium).
+  what NUTS used on this project's UCI BNNs (about 1000 gradients per iteration, docs/benchmarks/uci_full).
 - `sampler s` is the wall time of the `mcmc.run` (tracing and compilation included), `CPU s` this process's
   CPU time over the same interval. `s/step` = sampler s / steps (MILE, SG-MCMC) or the projected seconds per
   NUTS iteration (BDE); `paper budget, projected` = s/step x 60,000 steps (MILE: 50,000 tuning + 10,000
