@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Hashable, NamedTuple
+from typing import Any, Callable, Hashable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -60,31 +61,42 @@ class DataSplit(NamedTuple):
     :ivar arrays: the array leaves, as JAX arrays, in tree order.
     :ivar key: hashable description of everything else (tree structure and the non-array
         leaves); part of a program's key.
-    :ivar ids: ``id()`` of the original array leaves (to recognise the same data again).
+    :ivar sources: one reference per array leaf to the object the caller passed (a weak reference where the
+        type allows one; ``None`` for a traced leaf), to recognise the very same data again by identity: an
+        ``id()`` could be reused by a new array once the first one is freed.
     """
 
     arrays: tuple
     key: Hashable
-    ids: tuple
+    sources: tuple
 
 
 def _signature(model_args: tuple, model_kwargs: dict | None, convert: bool):
     leaves, treedef = jax.tree.flatten((tuple(model_args), dict(model_kwargs or {})))
-    arrays, statics, ids = [], [], []
+    arrays, statics, sources = [], [], []
     for leaf in leaves:
         if isinstance(leaf, jax.core.Tracer):
             if not convert:
                 return None
             arrays.append(leaf)  # traced (e.g. chains under pmap): an argument already; never "the same data"
-            ids.append(None)
+            sources.append(None)
             statics.append(None)
         elif _is_data(leaf):
             arrays.append(jnp.asarray(as_array(leaf)) if convert else leaf)
-            ids.append(id(leaf))
+            sources.append(_reference(leaf) if convert else leaf)
             statics.append(None)
         else:
             statics.append(("static", leaf))
-    return DataSplit(tuple(arrays), (treedef, tuple(statics)), tuple(ids))
+    return DataSplit(tuple(arrays), (treedef, tuple(statics)), tuple(sources))
+
+
+def _reference(leaf) -> Callable[[], Any]:
+    """A callable returning ``leaf``: a weak reference when its type allows one (the caller's data are not kept
+    alive by a kernel that has copied them), else a strong one."""
+    try:
+        return weakref.ref(leaf)
+    except TypeError:
+        return lambda: leaf
 
 
 def split_data(model_args: tuple, model_kwargs: dict | None) -> DataSplit:
@@ -108,7 +120,9 @@ def same_data(split: DataSplit | None, model_args: tuple, model_kwargs: dict | N
     if split is None:
         return False
     now = _signature(model_args, model_kwargs, convert=False)
-    if now is None or None in split.ids or now.ids != split.ids:
+    if now is None or None in split.sources or len(now.sources) != len(split.sources):
+        return False
+    if any(source() is not leaf for source, leaf in zip(split.sources, now.sources)):
         return False
     try:
         return bool(now.key == split.key)

@@ -269,8 +269,8 @@ def other_potential(z):
 
 
 def test_nuts_on_a_potential_fn_resumes_its_own_checkpoint(tmp_path):
-    """NumPyro's HMC keeps its target as ``_potential_fn``, a name this package's older checkpoints used for
-    MILE's ``potential_fn``: a NUTS checkpoint matches its own run and not one on another potential."""
+    """NumPyro's HMC keeps its target as ``_potential_fn``: a NUTS checkpoint matches its own run and not one on
+    another potential."""
     init = {"x": jnp.zeros(2)}
     mcmc = lambda fn: MCMC(NUTS(potential_fn=fn), num_warmup=20, num_samples=10, progress_bar=False)  # noqa: E731
     warm = mcmc(nuts_potential)
@@ -367,100 +367,15 @@ def test_sample_store_layout_and_errors(tmp_path):
         run_chunked(SGLD(mean_model), jax.random.PRNGKey(0), DATA, checkpoint_path=tmp_path / "c")
 
 
-def test_checkpoints_without_later_settings_match_their_reproducing_values():
+def test_a_checkpoint_missing_a_setting_is_another_run():
+    """No setting has an implied value: a fingerprint that lacks one (or records it under another name) does not
+    match, and the error names it."""
     from numpyro_mile.runs.checkpoint import _differences
 
-    now = {"kernel_settings": {"target_schedule": "auto", "potential_fn": None, "n_eff": 100.0}}
-    assert _differences({"kernel_settings": {"n_eff": 100.0}}, now) == []
-    changed = {"kernel_settings": {"target_schedule": "linear", "potential_fn": None, "n_eff": 100.0}}
-    assert _differences({"kernel_settings": {"n_eff": 100.0}}, changed) == [
-        "kernel_settings.target_schedule: checkpoint 'auto', now 'linear'"
-    ]
-
-
-#: the kernel settings that checkpoints recorded before kernels listed them (``kernel.settings()``): every public
-#: attribute, and private attributes holding plain values or functions
-_OLD_SETTING_ATTRIBUTES = {
-    "MILE": [
-        "L_factor",
-        "ensemble_options",
-        "ess_num_coords",
-        "init_strategy",
-        "initial_L",
-        "initial_step_size",
-        "map_learning_rate",
-        "map_steps",
-        "max_stored_samples",
-        "n_eff",
-        "phase_split",
-        "pretrain",
-        "shard_chains",
-        "target_energy_variance",
-        "target_schedule",
-        "trust",
-    ],
-    "SGLD": [
-        "_running_moments",
-        "init_strategy",
-        "preconditioner",
-        "rmsprop_decay",
-        "rmsprop_eps",
-        "schedule",
-        "step_size",
-        "temperature",
-    ],
-    "ICSGLD": [
-        "bin_width",
-        "csgld",
-        "init_strategy",
-        "min_energy",
-        "multiplier_clip",
-        "num_active_chains",
-        "num_bins",
-        "sa_schedule",
-        "step_size",
-        "temperature",
-        "zeta",
-    ],
-    "SMILE": [
-        "L",
-        "adapt_during_sampling",
-        "ensemble_options",
-        "init_strategy",
-        "min_scale",
-        "precondition",
-        "pretrain",
-        "step_size",
-        "tuner",
-    ],
-}
-
-
-def test_checkpoints_written_before_kernel_settings_still_match():
-    """Fingerprints from the kernels' settings hook equal those that older checkpoints recorded (read from the
-    kernels' attributes), so a run checkpointed before the hook existed resumes."""
-    from numpyro_mile import ICSGLD, SMILE
-    from numpyro_mile.runs.checkpoint import _describe, _differences, _kernel_settings
-
-    kernels = [
-        MILE(mean_model),
-        MILE(potential_fn=lambda z: 0.5 * (z["x"] ** 2).sum()),
-        SGLD(mean_model, 1e-3),
-        ICSGLD(mean_model, 1e-3, zeta=1.0, num_bins=10, bin_width=1.0, min_energy=0.0),
-        SMILE(mean_model),
-    ]
-    for kernel in kernels:
-        names = _OLD_SETTING_ATTRIBUTES[kernel.kernel_name] + (
-            ["_potential_fn"] if kernel.kernel_name == "MILE" and kernel._potential_fn is not None else []
-        )
-        old = {"kernel_settings": {name: _describe(getattr(kernel, name)) for name in names}}
-        assert _differences(old, {"kernel_settings": _kernel_settings(kernel)}) == []
-    changed = SMILE(mean_model, precondition=True)
-    old = {
-        "kernel_settings": {name: _describe(getattr(kernels[-1], name)) for name in _OLD_SETTING_ATTRIBUTES["SMILE"]}
-    }
-    assert _differences(old, {"kernel_settings": _kernel_settings(changed)}) == [
-        "kernel_settings.precondition: checkpoint False, now True"
+    now = {"kernel_settings": {"target_schedule": "auto", "n_eff": 100.0}}
+    assert _differences({"kernel_settings": dict(now["kernel_settings"])}, now) == []
+    assert _differences({"kernel_settings": {"n_eff": 100.0}}, now) == [
+        "kernel_settings.target_schedule: checkpoint '<absent>', now 'auto'"
     ]
 
 

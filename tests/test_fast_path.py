@@ -113,6 +113,23 @@ def test_split_and_join_data_round_trip():
     assert not _programs.same_data(split, args, {**kwargs, "hidden": (8,)})  # other static values
 
 
+def test_new_data_at_a_freed_arrays_address_is_not_the_same_data():
+    """The split holds no strong reference to the caller's arrays, and a new array that Python places where a
+    freed one lived (the same ``id()``) is told apart from it: a kernel never steps on stale data."""
+    import gc
+    import weakref
+
+    X = np.ones((64, 3), np.float32)
+    split, alive, address = _programs.split_data((X,), {}), weakref.ref(X), id(X)
+    del X
+    gc.collect()
+    assert alive() is None
+    candidates = [np.full((64, 3), 2.0, np.float32) for _ in range(200)]  # CPython reuses addresses
+    reused = [Y for Y in candidates if id(Y) == address]
+    for Y in reused or candidates[:1]:
+        assert not _programs.same_data(split, (Y,), {})
+
+
 SECOND_PROCESS = """
 import sys, jax
 from numpyro.infer import MCMC

@@ -305,6 +305,19 @@ OTHER_VALUES = {
 }
 
 
+def test_a_constructor_argument_stored_nowhere_is_named():
+    """A setting is declared by the constructor alone: one that ``__init__`` forgets to store would be left out
+    of the run's config and of checkpoint fingerprints, so ``settings()`` names it instead of skipping it."""
+    Toy = toy_kernel()
+
+    class Forgetful(Toy):
+        def __init__(self, model, step_size: float = 1e-4, temperature: float = 1.0, friction: float = 0.1):
+            super().__init__(model, step_size, temperature)
+
+    with pytest.raises(TypeError, match=r"no attribute for argument\(s\) \['friction'\]"):
+        Forgetful(conjugate_linear_regression).settings()
+
+
 @pytest.mark.parametrize("name, make, model_kwargs", kernels(), ids=[k[0] for k in kernels()])
 def test_every_constructor_argument_is_a_setting(name, make, model_kwargs):
     """Changing any constructor argument changes the kernel's checkpoint fingerprint (``settings()``, as

@@ -35,10 +35,11 @@ from numpyro.util import is_prng_key
 
 from .. import _model_utils as model_utils
 from .. import _programs
+from .._arrays import place_state
 from .._validation import is_concrete
-from ..ensemble import fit_members, pretraining_plate
+from ..ensemble import DeepEnsemble, fit_members, pretraining_plate
 
-__all__ = ["ChainKernel", "chain_axes", "over_chains", "rejected_steps_message"]
+__all__ = ["ChainKernel", "Pretraining", "chain_axes", "over_chains", "rejected_steps_message"]
 
 
 def rejected_steps_message(kernel_name: str, num_nans, advice: str) -> str | None:
@@ -83,10 +84,11 @@ def over_chains(fn: Callable, state_axes, batched: bool, num_states: int = 1) ->
 class ChainKernel(MCMCKernel):
     """NumPyro's ``MCMCKernel`` interface shared by this package's kernels.
 
-    Subclasses set :attr:`kernel_name`, :attr:`state_axes` and :attr:`setting_names`, implement ``init`` /
-    ``sample`` with their module's pure functions (``init`` builds the run's config with :meth:`config`), and
-    may extend :meth:`run_warnings`. :meth:`settings` says what a run of the kernel depends on (checkpoints
-    compare it); :meth:`replace` makes a changed copy for a driver that needs another setting.
+    Subclasses set :attr:`kernel_name` and :attr:`state_axes`, store each constructor argument (a setting) in
+    the attribute of its name, implement ``init`` / ``sample`` with their module's pure functions (``init``
+    builds the run's config with :meth:`config`), and may extend :meth:`run_warnings`. :meth:`settings` says
+    what a run of the kernel depends on (checkpoints compare it); :meth:`replace` makes a changed copy for a
+    driver that needs another setting.
     """
 
     sample_field = "z"
@@ -96,10 +98,6 @@ class ChainKernel(MCMCKernel):
     state_axes: Any = None
     #: advice appended to the rejected-steps warning
     nan_advice = "The step size is probably too large for this model: see the 'num_nans' extra field."
-    #: the attributes holding the kernel's settings (its constructor arguments, validated and normalised):
-    #: :meth:`~numpyro_mile.kernels._base.ChainKernel.settings` reads them; a kernel that lists none is described
-    #: by its constructor arguments
-    setting_names: tuple[str, ...] = ()
 
     def __new__(cls, *args, **kwargs):
         kernel = super().__new__(cls)
@@ -109,6 +107,8 @@ class ChainKernel(MCMCKernel):
     def __init__(self, model: Callable | None):
         self._model = model
         self._data: _programs.DataSplit | None = None  # the model's arguments of this run (set by init)
+        self._batched = False  # whether the state holds all chains (vectorized) or one (set by start_run)
+        self._chain_mesh = None  # the mesh a vectorized run's chains are sharded over (set by init), or None
         # NumPyro calls ``init`` again for a run from ``mcmc.post_warmup_state`` while this is None: every
         # kernel sets it once initialised (:meth:`initialised`), so a continuation never pretrains again
         self._sample_fn = None
@@ -118,30 +118,44 @@ class ChainKernel(MCMCKernel):
         return inspect.signature(type(self)).bind(*args, **kwargs)
 
     def settings(self) -> dict[str, Any]:
-        """The kernel's settings by name: the one source of its run configuration
-        (:meth:`~numpyro_mile.kernels._base.ChainKernel.config`, in ``init``) and of a checkpoint's fingerprint
-        (:func:`numpyro_mile.runs.checkpoint.run_fingerprint`). The attributes named by ``setting_names``; for a
-        kernel that names none, its constructor arguments (defaults filled in, the model left out: the
-        fingerprint records it apart)."""
-        if self.setting_names:
-            return {name: getattr(self, name) for name in self.setting_names}
-        bound = self._bound_arguments()
-        bound.apply_defaults()
-        return {name: value for name, value in bound.arguments.items() if name != "model"}
+        """The kernel's settings by name: one per constructor argument (the model left out: the checkpoint
+        fingerprint records it apart), each the value the constructor stored, validated and normalised, in the
+        instance attribute of the same name (or, where a method has the name, ``_`` + name). The constructor
+        is the one declaration of a setting: the run's config (:meth:`config`), a checkpoint's fingerprint
+        (:func:`numpyro_mile.runs.checkpoint.run_fingerprint`) and the docs (its ``:param:``) follow from it.
+
+        :raises TypeError: when the constructor stored no attribute for an argument.
+        """
+        stored = vars(self)
+        values, missing = {}, []
+        for name in inspect.signature(type(self)).parameters:
+            if name == "model":
+                continue
+            attribute = name if name in stored else "_" + name
+            if attribute in stored:
+                values[name] = stored[attribute]
+            else:
+                missing.append(name)
+        if missing:
+            raise TypeError(
+                f"{self.kernel_name}'s constructor stores no attribute for argument(s) {missing}: set "
+                f"self.<name> = <validated value> in __init__ for each, so that runs and checkpoints see it."
+            )
+        return values
 
     def config(self, config_type, **run_values):
         """``config_type`` (a NamedTuple of a run's fixed settings) from ``settings()`` and the ``run_values``
         only ``init`` knows (e.g. ``num_warmup``).
 
-        :raises TypeError: when a field of ``config_type`` is in neither (a setting missing from
-            ``setting_names``, which would otherwise be left out of checkpoint fingerprints too).
+        :raises TypeError: when a field of ``config_type`` is in neither (a constructor argument missing, which
+            would otherwise be left out of checkpoint fingerprints too).
         """
         settings = self.settings()
         missing = [name for name in config_type._fields if name not in settings and name not in run_values]
         if missing:
             raise TypeError(
                 f"{config_type.__name__} field(s) {missing} are neither settings of {self.kernel_name} "
-                "(setting_names) nor run values passed to config()."
+                "(constructor arguments) nor run values passed to config()."
             )
         return config_type(
             **{name: settings[name] for name in config_type._fields if name not in run_values}, **run_values
@@ -164,30 +178,41 @@ class ChainKernel(MCMCKernel):
         batched = not is_prng_key(rng_key)
         return (rng_key if batched else rng_key[None]), batched
 
-    def pretrained_members(self, trace: dict, member_keys, model_args: tuple, model_kwargs: dict) -> dict | None:
-        """A deep ensemble's members as initial positions (unconstrained, leading member axis), one per key of
-        ``member_keys`` (shape ``(members, 2)``), trained on the model's observation plate with the kernel's
-        ``ensemble_options``; ``None``, after a warning saying why, when the model has no such plate. The
-        ensemble is kept in ``self.ensembles`` (not under ``pmap``, where its arrays are traced).
+    def start_run(self, rng_key) -> jax.Array:
+        """The first line of every ``init``: one key per chain (shape ``(chains, 2)``, from :meth:`split_chains`);
+        records whether the run is ``vectorized`` (``self._batched``, read by :meth:`over_chains`,
+        :meth:`one_chain` and :meth:`placed`) and clears the chain mesh of an earlier run."""
+        keys, self._batched = self.split_chains(rng_key)
+        self._chain_mesh = None
+        return keys
 
-        :param trace: a trace of the model on ``model_args`` (to find the plate; the ensemble reuses it).
-        """
-        options = {"progress_bar": True, **self.ensemble_options}
-        if pretraining_plate(trace, options.get("plate_name"), self.kernel_name) is None:
-            return None
-        with warnings.catch_warnings():
-            # the ensemble draws its own minibatches through the plate; NumPyro notes that their size is not the
-            # model's subsample_size, which is expected here (the members are the same with or without it)
-            warnings.filterwarnings("ignore", message=model_utils.SUBSAMPLE_MISMATCH, category=UserWarning)
-            ensemble = fit_members(self._model, member_keys, model_args, model_kwargs, trace=trace, **options)
-        if is_concrete(member_keys):
-            self.ensembles.append(ensemble)
-        return ensemble.init_params
+    def one_chain(self, state):
+        """A state built with a leading chain axis of size 1 as one chain's state (no chain axis, a scalar ``i``)
+        when the run is not ``vectorized``; unchanged when it is. Kernels build every state batched and end
+        ``init`` with this, so that one code path makes both."""
+        if self._batched:
+            return state
+        return jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
+
+    def placed(self, state):
+        """``state`` of ``vectorized`` chains sharded over ``self._chain_mesh``, placed as
+        :func:`~numpyro_mile._arrays.place_state` says: the same placement entering and leaving the compiled step
+        (one compilation of it); unchanged when the chains are not sharded or the kernel declares no
+        :attr:`state_axes`."""
+        if not self._batched or self.state_axes is None:
+            return state
+        return place_state(state, self.state_axes, self._chain_mesh)
 
     def initialised(self, state):
         """``state``, after marking the kernel initialised (see ``_sample_fn`` above)."""
         self._sample_fn = self.sample
         return state
+
+    def finish_init(self, state):
+        """The last line of a data-carrying kernel's ``init``: ``state`` carrying this run's data arrays
+        (``state.data``, see :meth:`model_data`), :meth:`placed` as the step returns it, the kernel marked
+        :meth:`initialised`."""
+        return self.initialised(self.placed(state._replace(data=self._data.arrays)))
 
     @property
     def model(self) -> Callable | None:
@@ -197,9 +222,10 @@ class ChainKernel(MCMCKernel):
     def is_ensemble_kernel(self) -> bool:
         return False
 
-    def over_chains(self, fn: Callable, batched: bool, num_states: int = 1) -> Callable:
-        """:func:`over_chains` with this kernel's :attr:`state_axes`."""
-        return over_chains(fn, self.state_axes, batched, num_states)
+    def over_chains(self, fn: Callable, batched: bool | None = None, num_states: int = 1) -> Callable:
+        """:func:`over_chains` with this kernel's :attr:`state_axes`, batched when this run is ``vectorized``
+        (unless ``batched`` says otherwise)."""
+        return over_chains(fn, self.state_axes, self._batched if batched is None else batched, num_states)
 
     #: seconds between two progress-bar postfix refreshes (each waits for the step and reads the state back)
     diagnostics_interval = 0.5
@@ -227,7 +253,7 @@ class ChainKernel(MCMCKernel):
         if (
             data is not None
             and self._data is not None
-            and len(data) == len(self._data.ids)
+            and len(data) == len(self._data.sources)
             and _programs.same_data(self._data, model_args, model_kwargs)
         ):
             return _programs.join_data(self._data.key, data)
@@ -261,3 +287,37 @@ class ChainKernel(MCMCKernel):
         """What went wrong in a run, from its last state (``mcmc.last_state``); empty when nothing did."""
         message = rejected_steps_message(self.kernel_name, state.num_nans, self.nan_advice)
         return [] if message is None else [message]
+
+
+class Pretraining:
+    """Deep-ensemble pretraining, offered to the kernels that start their chains from trained members (MILE,
+    SMILE): a :class:`ChainKernel` subclass lists it as a second base and calls :meth:`init_pretraining` in its
+    constructor."""
+
+    def init_pretraining(self, pretrain: bool, ensemble_options: dict | None) -> None:
+        """Store the pretraining settings (attributes ``pretrain`` and ``ensemble_options``, settings of the
+        kernel) and an empty :attr:`ensembles`."""
+        self.pretrain = bool(pretrain)
+        self.ensemble_options = dict(ensemble_options or {})
+        #: deep ensembles trained by ``init`` (one entry per call: all chains when vectorized)
+        self.ensembles: list[DeepEnsemble] = []
+
+    def pretrained_members(self, trace: dict, member_keys, model_args: tuple, model_kwargs: dict) -> dict | None:
+        """A deep ensemble's members as initial positions (unconstrained, leading member axis), one per key of
+        ``member_keys`` (shape ``(members, 2)``), trained on the model's observation plate with the kernel's
+        ``ensemble_options``; ``None``, after a warning saying why, when the model has no such plate. The
+        ensemble is kept in :attr:`ensembles` (not under ``pmap``, where its arrays are traced).
+
+        :param trace: a trace of the model on ``model_args`` (to find the plate; the ensemble reuses it).
+        """
+        options = {"progress_bar": True, **self.ensemble_options}
+        if pretraining_plate(trace, options.get("plate_name"), self.kernel_name) is None:
+            return None
+        with warnings.catch_warnings():
+            # the ensemble draws its own minibatches through the plate; NumPyro notes that their size is not the
+            # model's subsample_size, which is expected here (the members are the same with or without it)
+            warnings.filterwarnings("ignore", message=model_utils.SUBSAMPLE_MISMATCH, category=UserWarning)
+            ensemble = fit_members(self.model, member_keys, model_args, model_kwargs, trace=trace, **options)
+        if is_concrete(member_keys):
+            self.ensembles.append(ensemble)
+        return ensemble.init_params

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _programs
-from .._arrays import as_jax_arrays, chain_mesh_of, place_state, to_host
+from .._arrays import as_jax_arrays, chain_mesh_of, to_host
 from .._validation import user_stacklevel
 from ..minibatch import MinibatchModel
 from ._base import ChainKernel
@@ -79,19 +79,15 @@ class MinibatchKernel(ChainKernel):
         super().__init__(model)
         self.init_strategy = init_strategy
         self._mb: MinibatchModel | None = None
-        self._batched = False
-        self._chain_mesh = None  # the mesh a vectorized run's chains are sharded over (set by init), or None
 
     def postprocess_fn(self, args, kwargs):
         if self._mb is None:
             return lambda z: z
         return self._mb.postprocess_fn(*as_jax_args(args, kwargs))
 
-    def _init_chains(
-        self, keys, init_params, model_args, model_kwargs, batched: bool, make_state: Callable, state_axes=None
-    ):
+    def _init_chains(self, keys, init_params, model_args, model_kwargs, make_state: Callable, state_axes=None):
         """States of the chains with keys ``keys`` (a leading chain axis), from ``init_params`` (with a
-        chain axis when ``batched``) or the init strategy; sets up the minibatch model of this run."""
+        chain axis when the run is ``vectorized``) or the init strategy; sets up the minibatch model of this run."""
         self._data = _programs.split_data(model_args, model_kwargs)  # the user's arrays: model_data knows them
         model_args, model_kwargs = _programs.join_data(self._data.key, self._data.arrays)  # as JAX arrays
         self._mb = MinibatchModel(self._model, model_args, model_kwargs, kernel_name=self.kernel_name, rng_key=keys[0])
@@ -105,7 +101,7 @@ class MinibatchKernel(ChainKernel):
                 stacklevel=user_stacklevel(),
             )
         if init_params is not None:
-            init_params = self._mb.check_init_params(init_params, keys.shape[0], batched)
+            init_params = self._mb.check_init_params(init_params, keys.shape[0], self._batched)
         mb = self._mb
         init = _programs.program(  # shared by every kernel and run of this model, static arguments and shapes
             (
@@ -125,30 +121,15 @@ class MinibatchKernel(ChainKernel):
         check_initial_state(self.kernel_name, state.potential_energy, state.z_grad, state.z)
         return state
 
-    def _with_data(self, state):
-        """``state`` carrying this run's data arrays (``state.data``; see :meth:`ChainKernel.model_data`), placed
-        as the step returns it when the chains are sharded (:meth:`_placed`): the end of every minibatch kernel's
-        ``init``, which marks the kernel initialised."""
-        return self.initialised(self._placed(state._replace(data=self._data.arrays)))
-
-    def _placed(self, state):
-        """``state`` of chains sharded over ``self._chain_mesh`` placed as ``place_state`` says (the same
-        placement entering and leaving the compiled step: one compilation); unchanged when not sharded."""
-        return state if self.state_axes is None else place_state(state, self.state_axes, self._chain_mesh)
-
     def _init_independent(self, rng_key, init_params, model_args, model_kwargs):
         """``init`` of chains that do not interact: one chain (``rng_key`` a key) or a batch of them (a
         leading axis of keys: ``vectorized``), each state made by ``self._init_state(z, energy, grad, key)``."""
-        keys, self._batched = self.split_chains(rng_key)
+        keys = self.start_run(rng_key)
         # chains sharded over devices (keys placed so, e.g. by run_distributed): every state, the first included,
         # placed as the step returns it (one compilation of the step)
         self._chain_mesh = chain_mesh_of(keys) if self._batched else None
-        state = self._init_chains(
-            keys, init_params, model_args, model_kwargs, self._batched, self._init_state, self.state_axes
-        )
-        if not self._batched:
-            state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
-        return self._with_data(state)
+        state = self._init_chains(keys, init_params, model_args, model_kwargs, self._init_state, self.state_axes)
+        return self.finish_init(self.one_chain(state))
 
     def _sample_independent(self, state, model_args, model_kwargs, step: Callable):
         """``sample`` of chains that do not interact: ``step(state, potential, self._config)`` per chain
@@ -158,9 +139,9 @@ class MinibatchKernel(ChainKernel):
             state,
             model_args,
             model_kwargs,
-            lambda s, potential: self.over_chains(lambda chain: step(chain, potential, config), self._batched)(s),
+            lambda s, potential: self.over_chains(lambda chain: step(chain, potential, config))(s),
         )
-        return self._placed(state)
+        return self.placed(state)
 
     def _step_on_data(self, state, model_args, model_kwargs, step: Callable):
         """``step(state, potential)`` with the potential bound to this run's data (:meth:`ChainKernel.model_data`);

@@ -365,19 +365,6 @@ class ICSGLD(MinibatchKernel):
     """
 
     kernel_name = "ICSGLD"
-    setting_names = (
-        "step_size",
-        "zeta",
-        "num_bins",
-        "bin_width",
-        "min_energy",
-        "sa_schedule",
-        "temperature",
-        "multiplier_clip",
-        "csgld",
-        "init_strategy",
-        "num_active_chains",
-    )
 
     def __init__(
         self,
@@ -448,17 +435,16 @@ class ICSGLD(MinibatchKernel):
                 "Use MCMC(..., num_chains=P, chain_method='vectorized') with P >= 2 "
                 "(sequential and parallel chains cannot interact)."
             )
-        self._config = self.config(ICSGLDConfig)
-        config = self._config
+        self._config = config = self.config(ICSGLDConfig)
+        keys = self.start_run(rng_key)  # vectorized: one key per walker
         state = self._init_chains(
-            rng_key,
+            keys,
             init_params,
             model_args,
             model_kwargs,
-            True,
             lambda z, energy, grad, keys: icsgld_init(z, energy, grad, keys, config),
         )
-        return self._with_data(state)
+        return self.finish_init(state)
 
     def sample(self, state: ICSGLDState, model_args, model_kwargs) -> ICSGLDState:
         config, draw = self._config, self._mb.indices

@@ -24,11 +24,10 @@ from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
 
 from .. import _model_utils as model_utils
 from .. import _programs
-from .._arrays import chain_mesh_of, default_chain_sharding, place_chains, place_state
+from .._arrays import chain_mesh_of, default_chain_sharding, place_chains
 from .._validation import MISSING_PLATE, check_init_params, check_plates, is_concrete
-from ..ensemble import DeepEnsemble
 from . import _mclmc as mclmc
-from ._base import ChainKernel, chain_axes, over_chains
+from ._base import ChainKernel, Pretraining, chain_axes, over_chains
 from . import _mile_tuning as tuning
 from ._mile_cost import CostEstimate, estimate_cost, num_grad_evals
 
@@ -297,7 +296,7 @@ def mile_step(state: MILEState, potential_fn: Callable, config: MILEConfig) -> M
     return jax.lax.switch(branch, [lambda: tune(state, moved), run_phase3, wait, lambda: moved])
 
 
-class MILE(ChainKernel):
+class MILE(ChainKernel, Pretraining):
     """Microcanonical Langevin Ensembles (MILE) for NumPyro.
 
     Each chain starts from one deep-ensemble member (trained here with optax when ``init_params``
@@ -394,25 +393,6 @@ class MILE(ChainKernel):
         "and consider a lower target_energy_variance."
     )
 
-    setting_names = (
-        "target_schedule",
-        "pretrain",
-        "ensemble_options",
-        "phase_split",
-        "target_energy_variance",
-        "n_eff",
-        "trust",
-        "L_factor",
-        "initial_step_size",
-        "initial_L",
-        "ess_num_coords",
-        "max_stored_samples",
-        "init_strategy",
-        "map_steps",
-        "map_learning_rate",
-        "shard_chains",
-    )
-
     def __init__(
         self,
         model: Callable | None = None,
@@ -457,8 +437,7 @@ class MILE(ChainKernel):
         super().__init__(model)
         self._potential_fn = potential_fn
         self.target_schedule = target_schedule
-        self.pretrain = pretrain
-        self.ensemble_options = dict(ensemble_options or {})
+        self.init_pretraining(pretrain, ensemble_options)
         self.phase_split = tuple(phase_split)
         self.target_energy_variance = tuple(target_energy_variance)
         self.n_eff, self.trust, self.L_factor = n_eff, trust, L_factor
@@ -467,14 +446,9 @@ class MILE(ChainKernel):
         self.init_strategy = init_strategy
         self.shard_chains = shard_chains
         self.map_steps, self.map_learning_rate = map_steps, map_learning_rate
-        #: deep ensembles trained by ``init`` (one entry per call: all chains when vectorized)
-        self.ensembles: list[DeepEnsemble] = []
         self._potential_fn_gen = None
         self._postprocess_fn_gen = None
         self._config: MILEConfig | None = None  # set by init
-
-    def settings(self) -> dict:
-        return {**super().settings(), "potential_fn": self._potential_fn}
 
     # ------------------------------------------------------------------ NumPyro interface
     @property
@@ -524,7 +498,7 @@ class MILE(ChainKernel):
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
-        keys, batched = self.split_chains(rng_key)
+        keys = self.start_run(rng_key)
         num_chains = keys.shape[0]
         schedule = tuning.make_schedule(
             num_warmup,
@@ -536,7 +510,7 @@ class MILE(ChainKernel):
             L_factor=self.L_factor,
             max_stored_samples=self.max_stored_samples,
         )
-        self._config = MILEConfig(schedule, None, batched, int(num_warmup))  # num_coords, mesh: set by _init_chains
+        self._config = MILEConfig(schedule, None, self._batched, int(num_warmup))  # num_coords, mesh: _init_chains
         chain_keys = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
         pretrain_keys, init_keys, state_keys = chain_keys[:, 0], chain_keys[:, 1], chain_keys[:, 2]
 
@@ -576,13 +550,13 @@ class MILE(ChainKernel):
                 with warnings.catch_warnings():  # checked above, at the user's line
                     warnings.filterwarnings("ignore", message=MISSING_PLATE)
                     init_params = initialize_model(
-                        init_keys if batched else init_keys[0],
+                        init_keys if self._batched else init_keys[0],
                         self._model,
                         init_strategy=self.init_strategy,
                         model_args=model_args,
                         model_kwargs=model_kwargs,
                     ).param_info.z
-                if not batched:
+                if not self._batched:
                     init_params = jax.tree.map(lambda x: x[None], init_params)
                 if self.map_steps > 0 and latent_dim > 0:
                     potential_fn = model_potential(model, model_args, model_kwargs)  # before the auxiliary joins
@@ -606,10 +580,11 @@ class MILE(ChainKernel):
                 "standard-normal coordinate to it (its draws are then exact for the rest), or write it as a model."
             )
         num_coords = int(self.ess_num_coords) if dim > self.ess_num_coords else None
-        if self._config.batched:  # vectorized chains: sharded over the local devices when it pays
+        if self._batched:  # vectorized chains: sharded over the local devices when it pays
             sharding = self._chain_sharding(init_params, state_keys)
             init_params, state_keys = place_chains(init_params, sharding), place_chains(state_keys, sharding)
-        self._config = config = self._config._replace(num_coords=num_coords, mesh=chain_mesh_of(state_keys))
+        self._chain_mesh = chain_mesh_of(state_keys)
+        self._config = config = self._config._replace(num_coords=num_coords, mesh=self._chain_mesh)
         initial_L = self.initial_L if self.initial_L is not None else max(np.sqrt(dim), 15.0)
         target = self._model if self._potential_fn is None else self._potential_fn
         init_all = _programs.program(
@@ -623,15 +598,7 @@ class MILE(ChainKernel):
             jnp.asarray(self.initial_step_size, flat.dtype),
             jnp.asarray(initial_L, flat.dtype),
         )
-        if not config.batched:
-            state = jax.tree.map(lambda x: x[0], state._replace(i=state.i[None]))
-        state = place_state(state._replace(data=self._data.arrays), _STATE_AXES, self._placement_mesh())
-        return self.initialised(state)
-
-    def _placement_mesh(self):
-        """The mesh this run's ``vectorized`` chains are sharded over, or ``None``: the state enters and leaves
-        the compiled step placed by ``place_state`` on it (one compilation of the step)."""
-        return self._config.mesh if self._config.batched else None
+        return self.finish_init(self.one_chain(state))
 
     def _chain_sharding(self, init_params, state_keys):
         """Where ``vectorized`` chains go (``shard_chains``): a sharding over the local devices, or ``None``."""
@@ -650,7 +617,7 @@ class MILE(ChainKernel):
     def sample(self, state: MILEState, model_args, model_kwargs) -> MILEState:
         args, kwargs = self.model_data(state, model_args, model_kwargs)
         state = self.step_fn(state, self._potential_fn_gen(*args, **kwargs))
-        return place_state(state, _STATE_AXES, self._placement_mesh())  # as it entered (see _init_chains)
+        return self.placed(state)  # as it entered (see _init_chains)
 
     def step_fn(self, state: MILEState, potential_fn: Callable) -> MILEState:
         """:func:`mile_step` with this run's configuration (after ``init``)."""
@@ -760,7 +727,7 @@ class MILE(ChainKernel):
             raise ValueError(
                 "init_params of MILE(potential_fn=...) must be floating-point arrays (e.g. jnp.zeros(3), not integers)."
             )
-        if self._config.batched:
+        if self._batched:
             bad = [jnp.shape(leaf) for leaf in jax.tree.leaves(init_params) if jnp.shape(leaf)[:1] != (num_chains,)]
             if bad:
                 raise ValueError(
@@ -772,7 +739,7 @@ class MILE(ChainKernel):
 
     def _check_init_params(self, init_params, trace, num_chains):
         """User ``init_params`` checked against the model's latent sites, with a leading chain axis."""
-        lead = (num_chains,) if self._config.batched else ()
+        lead = (num_chains,) if self._batched else ()
         init_params = check_init_params(
             init_params,
             model_utils.unconstrained_shapes(trace),

@@ -199,16 +199,6 @@ class SGLD(MinibatchKernel):
     kernel_name = "SGLD"
     state_axes = _STATE_AXES
 
-    setting_names = (
-        "step_size",
-        "schedule",
-        "temperature",
-        "preconditioner",
-        "rmsprop_decay",
-        "rmsprop_eps",
-        "init_strategy",
-    )
-
     def __init__(
         self,
         model: Callable,
@@ -236,9 +226,6 @@ class SGLD(MinibatchKernel):
         self.rmsprop_decay, self.rmsprop_eps = float(rmsprop_decay), float(rmsprop_eps)
         self._running_moments = bool(running_moments)
         self._config: SGLDConfig | None = None
-
-    def settings(self) -> dict:
-        return {**super().settings(), "running_moments": self._running_moments}
 
     # ------------------------------------------------------------------ NumPyro interface
     @property

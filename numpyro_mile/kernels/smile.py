@@ -48,10 +48,9 @@ from jax.flatten_util import ravel_pytree
 from numpyro.infer.initialization import init_to_uniform
 
 from .. import _model_utils as model_utils
-from ..ensemble import DeepEnsemble
 from . import _mclmc as mclmc
 from . import _smile_tuning as tuner
-from ._base import chain_axes
+from ._base import Pretraining, chain_axes
 from ._minibatch_kernel import MinibatchKernel, as_jax_args
 
 __all__ = ["SMILE", "SMILEConfig", "SMILEState", "smile_step"]
@@ -210,7 +209,7 @@ def smile_step(
     )
 
 
-class SMILE(MinibatchKernel):
+class SMILE(MinibatchKernel, Pretraining):
     """Stochastic-gradient microcanonical Langevin dynamics (SMILE; pSMILE with ``precondition=True``).
 
     Write the model with ``numpyro.plate("data", N, subsample_size=n)`` (as
@@ -279,18 +278,6 @@ class SMILE(MinibatchKernel):
     state_axes = _STATE_AXES
     nan_advice = "Each such step was reset; start from trained weights (a deep ensemble) or a smaller step_size."
 
-    setting_names = (
-        "step_size",
-        "precondition",
-        "min_scale",
-        "tuner",
-        "adapt_during_sampling",
-        "L",
-        "pretrain",
-        "ensemble_options",
-        "init_strategy",
-    )
-
     def __init__(
         self,
         model: Callable,
@@ -324,15 +311,11 @@ class SMILE(MinibatchKernel):
         self.step_size = float(step_size)
         self.precondition = bool(precondition)
         self.min_scale = float(min_scale)
-        self.tuner = tuner.TunerSettings(
-            float(reset_quantile), float(adapt_prob), float(adapt_strength), float(smoothing)
-        )
+        self.reset_quantile, self.adapt_prob = float(reset_quantile), float(adapt_prob)
+        self.adapt_strength, self.smoothing = float(adapt_strength), float(smoothing)
         self.adapt_during_sampling = bool(adapt_during_sampling)
         self.L = None if L is None else float(L)
-        self.pretrain = bool(pretrain)
-        self.ensemble_options = dict(ensemble_options or {})
-        #: deep ensembles trained by ``init`` (one entry per call: all chains when vectorized)
-        self.ensembles: list[DeepEnsemble] = []
+        self.init_pretraining(pretrain, ensemble_options)
         self._config: SMILEConfig | None = None
 
     # ------------------------------------------------------------------ NumPyro interface
@@ -346,7 +329,8 @@ class SMILE(MinibatchKernel):
         )
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
-        self._config = self.config(SMILEConfig, num_warmup=int(num_warmup))
+        tuning = tuner.TunerSettings(self.reset_quantile, self.adapt_prob, self.adapt_strength, self.smoothing)
+        self._config = self.config(SMILEConfig, num_warmup=int(num_warmup), tuner=tuning)
         if init_params is None and self.pretrain:
             init_params = self._pretrained(rng_key, model_args, model_kwargs)
         return self._init_independent(rng_key, init_params, model_args, model_kwargs)

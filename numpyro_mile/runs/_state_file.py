@@ -34,8 +34,8 @@ __all__ = [
     "write",
 ]
 
-#: version of the checkpoint file format
-CHECKPOINT_VERSION = 1
+#: version of the checkpoint file format (2: kernel settings recorded only as ``kernel.settings()`` names them)
+CHECKPOINT_VERSION = 2
 _META = "__meta__"
 
 

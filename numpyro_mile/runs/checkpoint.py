@@ -180,24 +180,10 @@ def run_fingerprint(mcmc, model_args: tuple = (), model_kwargs: dict | None = No
     return fingerprint
 
 
-#: kernel settings added after checkpoints were first written, with the value that reproduces the older runs:
-#: a checkpoint without one of them matches a kernel that has this value
-_LATER_SETTINGS = {"target_schedule": "auto", "potential_fn": None, "num_active_chains": None}
-#: settings that this package's older checkpoints recorded under another name (private attributes, before
-#: ``kernel.settings()``); a name the kernel still has (NumPyro's ``HMC._potential_fn``) is not renamed
-_RENAMED_SETTINGS = {"_potential_fn": "potential_fn", "_running_moments": "running_moments"}
-
-
 def _differences(saved: dict, now: dict, prefix: str = "") -> list[str]:
     out = []
-    if prefix == "kernel_settings.":
-        saved = {
-            (_RENAMED_SETTINGS[key] if key in _RENAMED_SETTINGS and key not in now else key): value
-            for key, value in saved.items()
-        }
     for key in sorted(set(saved) | set(now)):
-        absent = _LATER_SETTINGS.get(key, "<absent>") if prefix == "kernel_settings." else "<absent>"
-        a, b = saved.get(key, absent), now.get(key, absent)
+        a, b = saved.get(key, "<absent>"), now.get(key, "<absent>")
         if isinstance(a, dict) and isinstance(b, dict) and key == "kernel_settings":
             out += _differences(a, b, prefix=f"{key}.")
         elif a != b:
