@@ -11,6 +11,7 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer.initialization import init_to_uniform
@@ -159,7 +160,33 @@ def check_full_batch(trace: dict, kernel_name: str) -> None:
 def constrain(trace: dict, unconstrained: dict) -> dict:
     """Map unconstrained latent values to the supports of their sites (no Jacobian)."""
     sites = latent_sites(trace)
-    return {name: biject_to(sites[name]["fn"].support)(value) for name, value in unconstrained.items()}
+    return constrain_to({name: site["fn"].support for name, site in sites.items()}, unconstrained)
+
+
+def constrain_to(supports: dict, unconstrained: dict) -> dict:
+    """Map unconstrained latent values to ``supports`` (site name -> constraint; no Jacobian)."""
+    return {name: biject_to(supports[name])(value) for name, value in unconstrained.items()}
+
+
+def data_free_supports(trace: dict) -> dict | None:
+    """The supports of the latent sites of ``trace`` (site name -> constraint) when mapping a position to the
+    model's values needs none of its arguments: no deterministic site, and no support holding an array (a
+    ``Uniform(0, X.max())`` prior's does). ``None`` otherwise; then ``constrain_fn`` on the model's arguments is
+    the way. A collection that needs no data keeps the data out of NumPyro's compiled sampling loop (no
+    constants of them in it: a second run on new data of the same shapes finds the loop in JAX's cache)."""
+    if any(site["type"] == "deterministic" for site in trace.values()):
+        return None
+    supports = {name: site["fn"].support for name, site in latent_sites(trace).items()}
+    return supports if all(_holds_no_array(c) for c in supports.values()) else None
+
+
+def _holds_no_array(value, depth: int = 0) -> bool:
+    """Whether a constraint (or a value inside one) holds no array or traced value (nested constraints too)."""
+    if isinstance(value, (jax.Array, jax.core.Tracer, np.ndarray)):
+        return False
+    if depth > 4 or not hasattr(value, "__dict__"):
+        return True
+    return all(_holds_no_array(v, depth + 1) for v in vars(value).values())
 
 
 def bind_plates(model: Callable, indices: dict) -> Callable:

@@ -190,6 +190,7 @@ class MinibatchModel:
             check_observations_indexed(trace, found["plates"], kernel_name)
             model_utils.check_continuous(trace, kernel_name)
             check_plates(trace)  # NumPyro's own model check, as its kernels run it
+            found["supports"] = model_utils.data_free_supports(trace)  # None: holds traced values, or data needed
             found["shapes"] = {
                 name: tuple(jnp.shape(biject_to(site["fn"].support).inv(site["value"])))
                 for name, site in model_utils.latent_sites(trace).items()
@@ -200,6 +201,8 @@ class MinibatchModel:
         self.plates: tuple[model_utils.PlateInfo, ...] = found["plates"]
         #: unconstrained shape of every latent site, in model order
         self.latent_shapes: dict[str, tuple[int, ...]] = found["shapes"]
+        #: the latent sites' supports when constraining needs no model arguments (else ``None``)
+        self.supports: dict | None = found["supports"]
         if not self.latent_shapes:
             raise ValueError(f"{kernel_name}: the model has no latent sample sites to sample.")
         if self.plates:
@@ -258,7 +261,10 @@ class MinibatchModel:
         return partial(potential_energy, self.full_model(), model_args, model_kwargs)
 
     def postprocess_fn(self, model_args: tuple = (), model_kwargs: dict | None = None) -> Callable:
-        """``z -> constrained values`` of the latent and deterministic sites (all rows)."""
+        """``z -> constrained values`` of the latent and deterministic sites (all rows); without the model's
+        arguments when it needs none (:func:`~numpyro_mile._model_utils.data_free_supports`)."""
+        if self.supports is not None:
+            return partial(model_utils.constrain_to, self.supports)
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
         return partial(constrain_fn, self.full_model(), model_args, model_kwargs, return_deterministic=True)
 

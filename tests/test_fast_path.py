@@ -155,7 +155,7 @@ print(events["hits"], events["misses"])
 def test_persistent_cache_serves_a_second_process(tmp_path):
     """A new process with other data values and key compiles nothing: every program comes from the cache."""
 
-    def run(seed):
+    def run(name, seed):
         out = subprocess.run(
             [sys.executable, "-c", textwrap.dedent(SECOND_PROCESS), str(tmp_path), str(seed)],
             capture_output=True,
@@ -170,6 +170,74 @@ def test_persistent_cache_serves_a_second_process(tmp_path):
     assert first_misses > 0
     hits, misses = run(2)
     assert misses == 0 and hits >= first_misses - 1, (hits, misses, first_misses)
+
+
+KERNEL_NAMES = ("MILE", "SGLD", "ICSGLD", "SMILE")
+SAME_SHAPES_AGAIN = """
+import sys, jax, numpy as np, numpyro, numpyro.distributions as dist
+from numpyro.infer import MCMC
+from numpyro_mile import ICSGLD, MILE, SGLD, SMILE, enable_compilation_cache
+from numpyro_mile.datasets import toy_regression
+from numpyro_mile.models import mlp_regression
+enable_compilation_cache(sys.argv[1])
+style = sys.argv[2]
+events = {"hits": 0, "misses": 0}
+def listen(event, **kwargs):
+    for key in events:
+        if event == "/jax/compilation_cache/cache_" + key:
+            events[key] += 1
+jax.monitoring.register_event_listener(listen)
+
+def line(X, y=None, subsample_size=None):  # indexes its data with the plate's indices, as NumPyro's docs do
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    with numpyro.plate("data", X.shape[0], subsample_size=subsample_size) as idx:
+        numpyro.sample("y", dist.Normal(X[idx] @ w, 1.0), obs=None if y is None else y[idx])
+
+def kernel(name):
+    model = mlp_regression if style == "mlp" else line
+    options = dict(ensemble_options=dict(max_epochs=5, progress_bar=False))
+    return {"SGLD": lambda: SGLD(model, 1e-4),
+            "ICSGLD": lambda: ICSGLD(model, 1e-4, zeta=0.75, num_bins=20, bin_width=5.0, min_energy=0.0),
+            "SMILE": lambda: SMILE(model, **options),
+            "MILE": lambda: MILE(model, phase_split=(0.4, 0.1, 0.5), **options)}[name]()
+
+def run(name, seed):
+    X, y = toy_regression(96, seed=seed)
+    kwargs = {"hidden": (5,)} if style == "mlp" else {}
+    if name != "MILE":
+        kwargs["subsample_size"] = 16
+    init = None if style == "mlp" else {"w": np.zeros((2, X.shape[1]), np.float32)}
+    mcmc = MCMC(kernel(name), num_warmup=40, num_samples=20, num_chains=2, chain_method="vectorized",
+                progress_bar=False)
+    before = dict(events)
+    mcmc.run(jax.random.PRNGKey(seed), X, y, init_params=init, **kwargs)
+    return events["misses"] - before["misses"]
+
+for name in sys.argv[3:]:
+    first = run(name, 1)
+    print(name, first, run(name, 2))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("style", ["mlp", "line"])
+def test_a_second_run_on_new_data_compiles_nothing_with_the_persistent_cache(tmp_path, style):
+    """With JAX's persistent cache on, a second ``mcmc.run`` in the same process on new data of the same shapes
+    (a new kernel, a new MCMC object, a new key) finds every program in the cache, NumPyro's sampling loop
+    included: nothing of the data is a constant of any compiled program. Two model styles: the package's MLP
+    (pretrained, or drawn from the prior) and a regression that indexes its data with the plate's indices, with
+    ``init_params`` given."""
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SAME_SHAPES_AGAIN), str(tmp_path), style, *KERNEL_NAMES],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    misses = {name: (int(first), int(second)) for name, first, second in map(str.split, out.stdout.splitlines())}
+    assert set(misses) == set(KERNEL_NAMES)
+    assert all(first > 0 for first, _ in misses.values()), misses
+    assert all(second == 0 for _, second in misses.values()), misses  # (misses of the first run, of the second)
 
 
 def minibatch_kernel(name):

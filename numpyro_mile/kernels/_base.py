@@ -243,21 +243,37 @@ class ChainKernel(MCMCKernel):
             cache[:] = [now, self.diagnostics_str(state)]
         return cache[1]
 
-    def model_data(self, state, model_args, model_kwargs) -> tuple[tuple, dict]:
-        """The model's arguments for a step: the arrays carried in ``state.data`` when ``model_args`` are the
-        arrays ``init`` saw (NumPyro passes them as constants unless ``jit_model_args=True``), so that they
-        enter the compiled loop as arguments; otherwise (traced arguments, or new data for a run from
-        ``post_warmup_state``) the given ones."""
-        model_kwargs = model_kwargs or {}
+    def _carried_data(self, state, model_args, model_kwargs) -> tuple | None:
+        """``state.data`` when ``model_args`` are the very arrays ``init`` saw (NumPyro passes them as constants
+        unless ``jit_model_args=True``): then the step reads the carried ones, which are arguments of the compiled
+        loop. ``None`` for traced arguments, or new data for a run from ``post_warmup_state``."""
         data = getattr(state, "data", None)
         if (
             data is not None
             and self._data is not None
             and len(data) == len(self._data.sources)
-            and _programs.same_data(self._data, model_args, model_kwargs)
+            and _programs.same_data(self._data, model_args, model_kwargs or {})
         ):
+            return data
+        return None
+
+    def model_arrays(self, state, model_args, model_kwargs) -> tuple[Any, tuple]:
+        """The model's arguments for a step as ``(key, arrays)`` (a :class:`~numpyro_mile._programs.DataSplit`'s
+        key and arrays): the carried arrays with this run's key (``self._data.key`` itself) when
+        :meth:`_carried_data` has them, otherwise the given arguments split."""
+        data = self._carried_data(state, model_args, model_kwargs)
+        if data is not None:
+            return self._data.key, data
+        split = _programs.split_data(model_args, model_kwargs)
+        return split.key, split.arrays
+
+    def model_data(self, state, model_args, model_kwargs) -> tuple[tuple, dict]:
+        """The model's ``(args, kwargs)`` for a step: the carried arrays (:meth:`_carried_data`) joined with this
+        run's static arguments, otherwise the given ones."""
+        data = self._carried_data(state, model_args, model_kwargs)
+        if data is not None:
             return _programs.join_data(self._data.key, data)
-        return tuple(model_args), model_kwargs
+        return tuple(model_args), model_kwargs or {}
 
     #: extra fields :meth:`sample_weights` reads (``mcmc.run(..., extra_fields=...)``); none for equal weights
     weight_fields: tuple[str, ...] = ()

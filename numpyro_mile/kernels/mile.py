@@ -105,17 +105,27 @@ def without_auxiliary(postprocess: Callable) -> Callable:
     return lambda z: postprocess({name: value for name, value in z.items() if name != AUXILIARY_SITE})
 
 
-def _chains_init_program(target: Callable, is_model: bool, data_key, num_auxiliary: int = 0):
+def data_potential(target: Callable, is_model: bool, data_key, num_auxiliary: int = 0) -> Callable:
+    """``potential(params, arrays)``: the potential energy of one position on the model's data, given as the
+    array leaves of a :class:`~numpyro_mile._programs.DataSplit` with key ``data_key`` (so that the data can be
+    arguments of compiled programs). ``target`` is the model (``is_model``, with ``num_auxiliary`` auxiliary
+    coordinates: :func:`model_potential`) or a potential function of the position alone."""
+    if not is_model:
+        return lambda params, arrays: target(params)
+
+    def potential(params, arrays):
+        args, kwargs = _programs.join_data(data_key, arrays)
+        return model_potential(target, args, kwargs, num_auxiliary)(params)
+
+    return potential
+
+
+def _chains_init_program(potential: Callable):
     """Jitted ``init_all(params, keys, data_arrays, step_size, L) -> MILEState`` of all chains (chain axis
-    first; ``data`` left empty). ``target`` is the model (``is_model``, with ``num_auxiliary`` auxiliary
-    coordinates) or the potential function."""
+    first; ``data`` left empty), on ``potential(params, arrays)`` (:func:`data_potential`)."""
 
     def init_all(init_params, state_keys, arrays, step_size, L):
-        if is_model:
-            args, kwargs = _programs.join_data(data_key, arrays)
-            potential_fn = model_potential(target, args, kwargs, num_auxiliary)
-        else:
-            potential_fn = target
+        potential_fn = lambda params: potential(params, arrays)  # noqa: E731
 
         def init_chain(params, key):
             flat, _ = ravel_pytree(params)
@@ -446,7 +456,7 @@ class MILE(ChainKernel, Pretraining):
         self.init_strategy = init_strategy
         self.shard_chains = shard_chains
         self.map_steps, self.map_learning_rate = map_steps, map_learning_rate
-        self._potential_fn_gen = None
+        self._potential = None  # potential(params, arrays) of this run (data_potential; set by init)
         self._postprocess_fn_gen = None
         self._config: MILEConfig | None = None  # set by init
 
@@ -516,11 +526,12 @@ class MILE(ChainKernel, Pretraining):
 
         if self._potential_fn is not None:
             init_params = self._check_potential_init_params(init_params, num_chains)
-            self._potential_fn_gen = lambda *args, **kwargs: self._potential_fn
             self._postprocess_fn_gen = None
             self._data = _programs.split_data((), {})
+            self._potential = data_potential(self._potential_fn, False, self._data.key)
             return self._init_chains(init_params, state_keys)
 
+        self._data = _programs.split_data(model_args, model_kwargs)  # split once: the arrays are program arguments
         trace = model_utils.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
         model_utils.check_continuous(trace, "MILE")
         model_utils.check_full_batch(trace, "MILE")
@@ -529,20 +540,21 @@ class MILE(ChainKernel, Pretraining):
         latent_dim = sum(int(np.prod(shape)) for shape in model_utils.unconstrained_shapes(trace).values())
         num_auxiliary = max(0, 2 - latent_dim)
         self._config = self._config._replace(num_auxiliary=num_auxiliary)
-        self._data = _programs.split_data(model_args, model_kwargs)
-        self._potential_fn_gen = lambda *args, **kwargs: model_potential(model, args, kwargs, num_auxiliary)
-        if any(site["type"] == "deterministic" for site in trace.values()):
+        self._potential = data_potential(model, True, self._data.key, num_auxiliary)  # built once for the run
+        supports = model_utils.data_free_supports(trace)
+        if supports is None:
             postprocess_gen = lambda *args, **kwargs: partial(  # noqa: E731
                 constrain_fn, model, args, kwargs, return_deterministic=True
             )
         else:  # no data needed to constrain the draws: nothing of the data enters the collection
-            postprocess_gen = lambda *args, **kwargs: partial(model_utils.constrain, trace)  # noqa: E731
+            postprocess_gen = lambda *args, **kwargs: partial(model_utils.constrain_to, supports)  # noqa: E731
         self._postprocess_fn_gen = (
             postprocess_gen
             if not num_auxiliary
             else lambda *args, **kwargs: without_auxiliary(postprocess_gen(*args, **kwargs))
         )
 
+        run_map = False
         if init_params is None:
             if self.pretrain and latent_dim > 0:
                 init_params = self.pretrained_members(trace, pretrain_keys, model_args, model_kwargs)
@@ -558,9 +570,7 @@ class MILE(ChainKernel, Pretraining):
                     ).param_info.z
                 if not self._batched:
                     init_params = jax.tree.map(lambda x: x[None], init_params)
-                if self.map_steps > 0 and latent_dim > 0:
-                    potential_fn = model_potential(model, model_args, model_kwargs)  # before the auxiliary joins
-                    init_params = jax.vmap(self._map_optimise, (0, None))(init_params, potential_fn)
+                run_map = self.map_steps > 0 and latent_dim > 0
         else:
             init_params = self._check_init_params(init_params, trace, num_chains)
         if num_auxiliary:  # the auxiliary coordinate starts at its mode; the momentum is drawn at random
@@ -568,6 +578,8 @@ class MILE(ChainKernel, Pretraining):
                 **init_params,
                 AUXILIARY_SITE: jnp.zeros((num_chains, num_auxiliary), jnp.result_type(float)),
             }
+        if run_map:  # the auxiliary coordinate's gradient is 0 at its mode: MAP leaves it there
+            init_params = jax.vmap(self._map_optimise, (0, None))(init_params, self._potential_on(None))
         return self._init_chains(init_params, state_keys)
 
     def _init_chains(self, init_params, state_keys) -> MILEState:
@@ -587,9 +599,9 @@ class MILE(ChainKernel, Pretraining):
         self._config = config = self._config._replace(num_coords=num_coords, mesh=self._chain_mesh)
         initial_L = self.initial_L if self.initial_L is not None else max(np.sqrt(dim), 15.0)
         target = self._model if self._potential_fn is None else self._potential_fn
-        init_all = _programs.program(
+        init_all = _programs.program(  # the same for every kernel of this target, data structure and auxiliary
             ("mile-init", target, self._potential_fn is None, self._data.key, config.num_auxiliary),
-            lambda: _chains_init_program(target, self._potential_fn is None, self._data.key, config.num_auxiliary),
+            lambda: _chains_init_program(self._potential),
         )
         state = init_all(
             init_params,
@@ -607,17 +619,32 @@ class MILE(ChainKernel, Pretraining):
             return None
         flops = None
         if self.shard_chains is None and is_concrete(state_keys):
-            args, kwargs = _programs.join_data(self._data.key, self._data.arrays)
-            potential_fn = self._potential_fn_gen(*args, **kwargs)
             one = jax.tree.map(lambda x: x[0], init_params)
-            cost = jax.jit(jax.grad(potential_fn)).lower(one).cost_analysis()
+            cost = jax.jit(jax.grad(self._potential_on(None))).lower(one).cost_analysis()
             flops = mclmc.GRAD_EVALS_PER_STEP * num_chains * float((cost or {}).get("flops", 0.0))
         return default_chain_sharding(num_chains, state_keys, init_params, step_flops=flops)
 
     def sample(self, state: MILEState, model_args, model_kwargs) -> MILEState:
-        args, kwargs = self.model_data(state, model_args, model_kwargs)
-        state = self.step_fn(state, self._potential_fn_gen(*args, **kwargs))
-        return self.placed(state)  # as it entered (see _init_chains)
+        potential_fn = self._potential_on(*self.model_arrays(state, model_args, model_kwargs))
+        return self.placed(self.step_fn(state, potential_fn))  # placed as it entered (see _init_chains)
+
+    def _potential_on(self, key, arrays=None) -> Callable:
+        """The potential of one position on the data ``(key, arrays)`` of a :class:`~numpyro_mile._programs.DataSplit`
+        (``key=None``: this run's data): the run's :func:`data_potential` when ``key`` is this run's, else one
+        built for the other static arguments."""
+        if key is None:
+            key, arrays = self._data.key, self._data.arrays
+        potential = self._potential
+        if key is not self._data.key:
+            target = self._model if self._potential_fn is None else self._potential_fn
+            potential = data_potential(target, self._potential_fn is None, key, self._config.num_auxiliary)
+        return lambda params: potential(params, arrays)
+
+    def _potential_fn_gen(self, *model_args, **model_kwargs) -> Callable:
+        """The potential of one position on the model's arguments (after ``init``; NumPyro's HMC has the same
+        hook)."""
+        split = _programs.split_data(model_args, model_kwargs)
+        return self._potential_on(split.key, split.arrays)
 
     def step_fn(self, state: MILEState, potential_fn: Callable) -> MILEState:
         """:func:`mile_step` with this run's configuration (after ``init``)."""
