@@ -155,7 +155,7 @@ print(events["hits"], events["misses"])
 def test_persistent_cache_serves_a_second_process(tmp_path):
     """A new process with other data values and key compiles nothing: every program comes from the cache."""
 
-    def run(name, seed):
+    def run(seed):
         out = subprocess.run(
             [sys.executable, "-c", textwrap.dedent(SECOND_PROCESS), str(tmp_path), str(seed)],
             capture_output=True,
@@ -190,8 +190,9 @@ jax.monitoring.register_event_listener(listen)
 
 def line(X, y=None, subsample_size=None):  # indexes its data with the plate's indices, as NumPyro's docs do
     w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    b = numpyro.sample("b", dist.Normal(0.0, 1.0))
     with numpyro.plate("data", X.shape[0], subsample_size=subsample_size) as idx:
-        numpyro.sample("y", dist.Normal(X[idx] @ w, 1.0), obs=None if y is None else y[idx])
+        numpyro.sample("y", dist.Normal(X[idx] @ w + b, 1.0), obs=None if y is None else y[idx])
 
 def kernel(name):
     model = mlp_regression if style == "mlp" else line
@@ -206,7 +207,7 @@ def run(name, seed):
     kwargs = {"hidden": (5,)} if style == "mlp" else {}
     if name != "MILE":
         kwargs["subsample_size"] = 16
-    init = None if style == "mlp" else {"w": np.zeros((2, X.shape[1]), np.float32)}
+    init = None if style == "mlp" else {"w": np.zeros((2, X.shape[1]), np.float32), "b": np.zeros(2, np.float32)}
     mcmc = MCMC(kernel(name), num_warmup=40, num_samples=20, num_chains=2, chain_method="vectorized",
                 progress_bar=False)
     before = dict(events)
