@@ -203,3 +203,29 @@ def test_generic_layers_ask_kernels_through_hooks():
         if module.startswith("numpyro_mile.kernels")
     ]
     assert offenders == []
+
+
+def test_ci_runs_the_linter_and_the_formatter_configured_in_pyproject():
+    """ruff's rules and line length live in pyproject.toml, and CI fails on a lint error or unformatted code."""
+    root = PACKAGE.parent
+    pyproject = (root / "pyproject.toml").read_text()
+    assert "[tool.ruff]" in pyproject and "line-length" in pyproject
+    ci = (root / ".ci" / "run").read_text()
+    assert "ruff check ." in ci and "ruff format --check ." in ci
+
+
+def test_kernels_declare_settings_by_their_constructor_alone():
+    """No kernel keeps a list of its settings beside its constructor (``setting_names``, or a ``settings``
+    override): the constructor's arguments are the one declaration (``ChainKernel.settings``)."""
+    offenders = []
+    for path in (PACKAGE / "kernels").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for item in node.body:
+                names = [t.id for t in getattr(item, "targets", []) if isinstance(t, ast.Name)]
+                if "setting_names" in names or (
+                    isinstance(item, ast.FunctionDef) and item.name == "settings" and node.name != "ChainKernel"
+                ):
+                    offenders.append(f"{path.name}:{node.name}.{item.lineno}")
+    assert offenders == []

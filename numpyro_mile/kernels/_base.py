@@ -12,10 +12,14 @@ function of the kernel's module. This module holds, once, what every kernel need
   the state (``num_nans``); the messages are built after the run from ``mcmc.last_state``
   (:func:`numpyro_mile.to_inference_data` warns with them). A host callback in the step would keep
   JAX's persistent compilation cache from storing the sampling loop;
-- the model's data carried in the state (:meth:`ChainKernel.model_data`): NumPyro passes the model's
-  arguments to ``sample`` as constants; a state that carries the arrays makes them arguments of the
-  compiled sampling loop, so a second run on new data of the same shapes compiles nothing new (checkpoints
-  store the state without them: :meth:`ChainKernel.checkpoint_state`, :meth:`ChainKernel.resumed_state`);
+- the model's data carried in the state (:meth:`ChainKernel.model_data`, :meth:`ChainKernel.model_arrays`):
+  NumPyro passes the model's arguments to ``sample`` as constants; a state that carries the arrays makes them
+  arguments of the compiled sampling loop, so a second run on new data of the same shapes compiles nothing new
+  (checkpoints store the state without them: :meth:`ChainKernel.checkpoint_state`,
+  :meth:`ChainKernel.resumed_state`);
+- the run's lifecycle (:meth:`ChainKernel.start_run`, :meth:`ChainKernel.one_chain`, :meth:`ChainKernel.placed`,
+  :meth:`ChainKernel.finish_init`) and deep-ensemble pretraining for the kernels that want it
+  (:class:`Pretraining`);
 - the progress bar's postfix (:meth:`ChainKernel.get_diagnostics_str`), read back from the device at most
   every :attr:`ChainKernel.diagnostics_interval` seconds: NumPyro asks for it after every step of a
   sequential chain, and a read-back every step would wait for each step to finish before the next is launched.
@@ -312,7 +316,7 @@ class Pretraining:
 
     def init_pretraining(self, pretrain: bool, ensemble_options: dict | None) -> None:
         """Store the pretraining settings (attributes ``pretrain`` and ``ensemble_options``, settings of the
-        kernel) and an empty :attr:`ensembles`."""
+        kernel) and an empty ``ensembles``."""
         self.pretrain = bool(pretrain)
         self.ensemble_options = dict(ensemble_options or {})
         #: deep ensembles trained by ``init`` (one entry per call: all chains when vectorized)
@@ -322,7 +326,7 @@ class Pretraining:
         """A deep ensemble's members as initial positions (unconstrained, leading member axis), one per key of
         ``member_keys`` (shape ``(members, 2)``), trained on the model's observation plate with the kernel's
         ``ensemble_options``; ``None``, after a warning saying why, when the model has no such plate. The
-        ensemble is kept in :attr:`ensembles` (not under ``pmap``, where its arrays are traced).
+        ensemble is kept in ``ensembles`` (not under ``pmap``, where its arrays are traced).
 
         :param trace: a trace of the model on ``model_args`` (to find the plate; the ensemble reuses it).
         """
