@@ -28,6 +28,7 @@ from numpyro.infer.util import constrain_fn
 
 from . import _model_utils as model_utils
 from . import _programs
+from . import _progress
 from ._validation import is_concrete, user_stacklevel
 from ._arrays import as_jax_arrays, to_host
 
@@ -380,9 +381,7 @@ def fit_members(
         train_curve, val_curve = [], []
         bar = None
         if _progress_enabled(progress_bar):
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=max_epochs, desc="deep ensemble", leave=False)
+            bar = _progress.progress_bar(max_epochs, desc="deep ensemble", leave=False)
             monitored = (
                 "train_nll" if val_kind == "none" else ("val_nll" if early_stopping == "mile" else "best_val_nll")
             )

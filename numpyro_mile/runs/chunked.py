@@ -30,10 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.util import is_prng_key
-from tqdm.auto import tqdm
 
 from .. import _programs
 from .._arrays import storage_dtype
+from .. import _progress
 from ..inference_data import load_inference_data
 from ._state_file import CheckpointError, checkpoint_state, digest, resumed_state, versions, write
 from .checkpoint import Checkpoint, check_fingerprint, load_checkpoint, run_fingerprint
@@ -351,7 +351,7 @@ def run_chunked(
         kernel,
         lambda: _make_advance(kernel, data.key, transform_of, chunk_len, num_buffer),
     )
-    bar = tqdm(total=num_steps, initial=step, disable=not mcmc.progress_bar)
+    bar = _progress.progress_bar(num_steps, initial=step, disable=not mcmc.progress_bar)
     try:
         while step < num_steps:
             stop = min(step + chunk_size, num_warmup if step < num_warmup else num_steps)
