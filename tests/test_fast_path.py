@@ -130,6 +130,13 @@ def test_new_data_at_a_freed_arrays_address_is_not_the_same_data():
         assert not _programs.same_data(split, (Y,), {})
 
 
+#: a subprocess script's count of JAX's persistent-cache hits and misses (``events``), where it says CACHE_EVENTS
+CACHE_EVENTS = """events = {"hits": 0, "misses": 0}
+def listen(event, **kwargs):
+    for name in events:
+        if event == "/jax/compilation_cache/cache_" + name:
+            events[name] += 1
+jax.monitoring.register_event_listener(listen)"""
 SECOND_PROCESS = """
 import sys, jax
 from numpyro.infer import MCMC
@@ -137,18 +144,13 @@ from numpyro_mile import MILE, enable_compilation_cache
 from numpyro_mile.datasets import toy_regression
 from numpyro_mile.models import mlp_regression
 enable_compilation_cache(sys.argv[1])
-events = {"hits": 0, "misses": 0}
-def listen(event, **kwargs):
-    for name in events:
-        if event == "/jax/compilation_cache/cache_" + name:
-            events[name] += 1
-jax.monitoring.register_event_listener(listen)
+CACHE_EVENTS
 X, y = toy_regression(64, seed=int(sys.argv[2]))
 kernel = MILE(mlp_regression, phase_split=(0.4, 0.1, 0.5), ensemble_options=dict(max_epochs=5, progress_bar=False))
 mcmc = MCMC(kernel, num_warmup=40, num_samples=20, num_chains=2, chain_method="vectorized", progress_bar=False)
 mcmc.run(jax.random.PRNGKey(int(sys.argv[2])), X, y, hidden=(5,))
 print(events["hits"], events["misses"])
-"""
+""".replace("CACHE_EVENTS", CACHE_EVENTS)
 
 
 @pytest.mark.slow
@@ -181,12 +183,7 @@ from numpyro_mile.datasets import toy_regression
 from numpyro_mile.models import mlp_regression
 enable_compilation_cache(sys.argv[1])
 style = sys.argv[2]
-events = {"hits": 0, "misses": 0}
-def listen(event, **kwargs):
-    for key in events:
-        if event == "/jax/compilation_cache/cache_" + key:
-            events[key] += 1
-jax.monitoring.register_event_listener(listen)
+CACHE_EVENTS
 
 def line(X, y=None, subsample_size=None):  # indexes its data with the plate's indices, as NumPyro's docs do
     w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
@@ -217,7 +214,7 @@ def run(name, seed):
 for name in sys.argv[3:]:
     first = run(name, 1)
     print(name, first, run(name, 2))
-"""
+""".replace("CACHE_EVENTS", CACHE_EVENTS)
 
 
 @pytest.mark.slow
