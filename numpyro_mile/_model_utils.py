@@ -7,6 +7,7 @@ does not break when NumPyro renames its private helpers.
 from __future__ import annotations
 
 import warnings
+from functools import partial
 from typing import Callable, NamedTuple
 
 import jax
@@ -15,6 +16,7 @@ import numpy as np
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.util import constrain_fn
 
 #: name of the plate that holds the observations in this package's models
 DATA_PLATE = "data"
@@ -178,6 +180,15 @@ def data_free_supports(trace: dict) -> dict | None:
         return None
     supports = {name: site["fn"].support for name, site in latent_sites(trace).items()}
     return supports if all(_holds_no_array(c) for c in supports.values()) else None
+
+
+def constrain_draws(model: Callable, supports: dict | None, model_args: tuple, model_kwargs: dict) -> Callable:
+    """``z -> constrained values`` of the latent (and deterministic) sites of ``model``: on ``supports``
+    (:func:`data_free_supports`) alone when they are given, so that the model's arguments stay out of the
+    program that collects the draws; otherwise NumPyro's ``constrain_fn`` on those arguments."""
+    if supports is not None:
+        return partial(constrain_to, supports)
+    return partial(constrain_fn, model, model_args, model_kwargs, return_deterministic=True)
 
 
 def _holds_no_array(value, depth: int = 0) -> bool:

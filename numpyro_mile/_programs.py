@@ -115,6 +115,18 @@ def join_data(key: Hashable, arrays) -> tuple[tuple, dict]:
     return jax.tree.unflatten(treedef, leaves)
 
 
+def on_data(of_data: Callable[[tuple, dict], Callable], key: Hashable) -> Callable:
+    """``f(x, arrays) = of_data(args, kwargs)(x)``, with ``(args, kwargs)`` joined from a :class:`DataSplit`'s
+    ``key`` and ``arrays``: a function of the model's arguments made a function of their array leaves, which
+    compiled programs then take as arguments (e.g. ``of_data`` = the potential energy of a model on its data)."""
+
+    def on(x, arrays):
+        args, kwargs = join_data(key, arrays)
+        return of_data(args, kwargs)(x)
+
+    return on
+
+
 def same_data(split: DataSplit | None, model_args: tuple, model_kwargs: dict | None) -> bool:
     """Whether ``(model_args, model_kwargs)`` are the very arrays (same objects) and static values of ``split``."""
     if split is None:

@@ -44,7 +44,7 @@ from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.infer.util import constrain_fn, potential_energy
+from numpyro.infer.util import potential_energy
 
 from . import _model_utils as model_utils
 from ._validation import check_init_params, check_plates
@@ -263,10 +263,8 @@ class MinibatchModel:
     def postprocess_fn(self, model_args: tuple = (), model_kwargs: dict | None = None) -> Callable:
         """``z -> constrained values`` of the latent and deterministic sites (all rows); without the model's
         arguments when it needs none (:func:`~numpyro_mile._model_utils.data_free_supports`)."""
-        if self.supports is not None:
-            return partial(model_utils.constrain_to, self.supports)
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
-        return partial(constrain_fn, self.full_model(), model_args, model_kwargs, return_deterministic=True)
+        return model_utils.constrain_draws(self.full_model(), self.supports, model_args, model_kwargs)
 
     def init_positions(
         self, keys, model_args: tuple = (), model_kwargs: dict | None = None, init_strategy: Callable = init_to_uniform

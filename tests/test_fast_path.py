@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from numpyro.infer import MCMC
-from numpyro.infer.util import potential_energy
+from numpyro.infer.util import initialize_model, potential_energy
 
 from numpyro_mile import MILE, _programs
 from numpyro_mile.datasets import toy_regression
@@ -65,6 +65,28 @@ def test_second_run_reuses_pretraining_and_init_programs(compiles):
     # only NumPyro's own loop is compiled again (it re-traces it on every run, for NUTS as well)
     assert compiles.names == ["jit(_fori_collect_loop)"], compiles.names
     assert np.all(np.isfinite(np.asarray(mcmc.get_samples()["w0"])))
+
+
+def test_init_traces_the_model_once_and_builds_the_init_program_once():
+    """MILE's ``init`` walks forward: from given ``init_params``, a first init runs the model's Python code
+    twice (one trace for its structure, one inside the compiled init program, which evaluates the potential),
+    and a second init of new data of the same shapes once (the structure; the init program is reused)."""
+    calls = []
+
+    def counted(X, y=None, hidden=(5,)):
+        calls.append(1)
+        return mlp_regression(X, y, hidden=hidden)
+
+    X, y = toy_regression(64, seed=6)
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    one = initialize_model(jax.random.PRNGKey(1), mlp_regression, model_args=(X, y), model_kwargs={"hidden": (5,)})
+    init_params = jax.tree.map(lambda v: jnp.stack([v, v + 0.1]), one.param_info.z)
+    kernel = MILE(counted, pretrain=False, map_steps=0)
+    kernel.init(keys, 100, init_params, (X, y), {"hidden": (5,)})
+    assert len(calls) == 2
+    calls.clear()
+    MILE(counted, pretrain=False, map_steps=0).init(keys, 100, init_params, (X + 1.0, y), {"hidden": (5,)})
+    assert len(calls) == 1
 
 
 def test_data_are_arguments_of_the_loop_not_constants():

@@ -20,7 +20,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding, PartitionSpec
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
+from numpyro.infer.util import initialize_model, potential_energy
 
 from .. import _model_utils as model_utils
 from .. import _programs
@@ -85,19 +85,19 @@ _STATE_AXES = chain_axes(MILEState)
 AUXILIARY_SITE = "_mile_auxiliary"
 
 
-def model_potential(model: Callable, args: tuple, kwargs: dict, num_auxiliary: int = 0) -> Callable:
-    """The potential energy of ``model`` on unconstrained latent values; with ``num_auxiliary > 0`` a function
-    of those values plus :data:`AUXILIARY_SITE`, whose standard-normal energy it adds."""
+def model_potential(model: Callable, args: tuple, kwargs: dict) -> Callable:
+    """The potential energy of ``model`` on unconstrained latent values. A position that holds
+    :data:`AUXILIARY_SITE` (decided when JAX traces it) also pays that coordinate's standard-normal energy."""
     potential_fn = partial(potential_energy, model, args, kwargs)
-    if not num_auxiliary:
-        return potential_fn
 
-    def augmented(params):
+    def potential(params):
+        if AUXILIARY_SITE not in params:
+            return potential_fn(params)
         params = dict(params)
         auxiliary = params.pop(AUXILIARY_SITE)
         return potential_fn(params) + 0.5 * jnp.sum(jnp.square(auxiliary))
 
-    return augmented
+    return potential
 
 
 def without_auxiliary(postprocess: Callable) -> Callable:
@@ -105,24 +105,9 @@ def without_auxiliary(postprocess: Callable) -> Callable:
     return lambda z: postprocess({name: value for name, value in z.items() if name != AUXILIARY_SITE})
 
 
-def data_potential(target: Callable, is_model: bool, data_key, num_auxiliary: int = 0) -> Callable:
-    """``potential(params, arrays)``: the potential energy of one position on the model's data, given as the
-    array leaves of a :class:`~numpyro_mile._programs.DataSplit` with key ``data_key`` (so that the data can be
-    arguments of compiled programs). ``target`` is the model (``is_model``, with ``num_auxiliary`` auxiliary
-    coordinates: :func:`model_potential`) or a potential function of the position alone."""
-    if not is_model:
-        return lambda params, arrays: target(params)
-
-    def potential(params, arrays):
-        args, kwargs = _programs.join_data(data_key, arrays)
-        return model_potential(target, args, kwargs, num_auxiliary)(params)
-
-    return potential
-
-
 def _chains_init_program(potential: Callable):
     """Jitted ``init_all(params, keys, data_arrays, step_size, L) -> MILEState`` of all chains (chain axis
-    first; ``data`` left empty), on ``potential(params, arrays)`` (:func:`data_potential`)."""
+    first; ``data`` left empty), on ``potential(params, arrays)`` (:func:`~numpyro_mile._programs.on_data`)."""
 
     def init_all(init_params, state_keys, arrays, step_size, L):
         potential_fn = lambda params: potential(params, arrays)  # noqa: E731
@@ -162,8 +147,6 @@ class MILEConfig(NamedTuple):
     :ivar num_warmup: tuning steps.
     :ivar mesh: the one-axis device mesh the chains are sharded over (``None``: not sharded); the
         end-of-warmup ESS then runs on each device's block of chains, with no cross-device traffic.
-    :ivar num_auxiliary: size of :data:`AUXILIARY_SITE` (0, or ``2 - d`` for a model with ``d < 2`` latent
-        dimensions).
     """
 
     schedule: tuning.Schedule
@@ -171,7 +154,6 @@ class MILEConfig(NamedTuple):
     batched: bool
     num_warmup: int
     mesh: jax.sharding.Mesh | None = None
-    num_auxiliary: int = 0
 
 
 def chain_move(state: MILEState, potential_fn: Callable) -> MILEState:
@@ -457,7 +439,7 @@ class MILE(ChainKernel, Pretraining):
         self.shard_chains = shard_chains
         self.map_steps, self.map_learning_rate = map_steps, map_learning_rate
         self._potential = None  # potential(params, arrays) of this run (data_potential; set by init)
-        self._postprocess_fn_gen = None
+        self._supports = None  # the latent sites' supports when the draws need no data (set by init)
         self._config: MILEConfig | None = None  # set by init
 
     # ------------------------------------------------------------------ NumPyro interface
@@ -502,57 +484,34 @@ class MILE(ChainKernel, Pretraining):
         )
 
     def postprocess_fn(self, args, kwargs):
-        if self._postprocess_fn_gen is None:
+        if self._potential_fn is not None:
             return lambda z: z
-        return self._postprocess_fn_gen(*args, **kwargs)
+        return without_auxiliary(model_utils.constrain_draws(self._model, self._supports, args, kwargs))
 
     def init(self, rng_key, num_warmup, init_params=None, model_args=(), model_kwargs=None):
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
         keys = self.start_run(rng_key)
         num_chains = keys.shape[0]
-        schedule = tuning.make_schedule(
-            num_warmup,
-            phase_split=self.phase_split,
-            target_energy_variance=self.target_energy_variance,
-            target_schedule=self.target_schedule,
-            n_eff=self.n_eff,
-            trust=self.trust,
-            L_factor=self.L_factor,
-            max_stored_samples=self.max_stored_samples,
-        )
-        self._config = MILEConfig(schedule, None, self._batched, int(num_warmup))  # num_coords, mesh: _init_chains
         chain_keys = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
         pretrain_keys, init_keys, state_keys = chain_keys[:, 0], chain_keys[:, 1], chain_keys[:, 2]
 
         if self._potential_fn is not None:
+            target = self._potential_fn
             init_params = self._check_potential_init_params(init_params, num_chains)
-            self._postprocess_fn_gen = None
             self._data = _programs.split_data((), {})
-            self._potential = data_potential(self._potential_fn, False, self._data.key)
-            return self._init_chains(init_params, state_keys)
+            self._potential = lambda params, arrays: target(params)
+            return self._init_chains(init_params, state_keys, num_warmup)
 
-        self._data = _programs.split_data(model_args, model_kwargs)  # split once: the arrays are program arguments
+        # the data are split once, and the potential is built once on their arrays (arguments of its programs)
+        self._data = _programs.split_data(model_args, model_kwargs)
+        self._potential = _programs.on_data(partial(model_potential, self._model), self._data.key)
         trace = model_utils.trace_model(self._model, model_args, model_kwargs, keys[0], self.init_strategy)
         model_utils.check_continuous(trace, "MILE")
         model_utils.check_full_batch(trace, "MILE")
         check_plates(trace)  # NumPyro's own check, whichever way the chains start
-        model = self._model
         latent_dim = sum(int(np.prod(shape)) for shape in model_utils.unconstrained_shapes(trace).values())
         num_auxiliary = max(0, 2 - latent_dim)
-        self._config = self._config._replace(num_auxiliary=num_auxiliary)
-        self._potential = data_potential(model, True, self._data.key, num_auxiliary)  # built once for the run
-        supports = model_utils.data_free_supports(trace)
-        if supports is None:
-            postprocess_gen = lambda *args, **kwargs: partial(  # noqa: E731
-                constrain_fn, model, args, kwargs, return_deterministic=True
-            )
-        else:  # no data needed to constrain the draws: nothing of the data enters the collection
-            postprocess_gen = lambda *args, **kwargs: partial(model_utils.constrain_to, supports)  # noqa: E731
-        self._postprocess_fn_gen = (
-            postprocess_gen
-            if not num_auxiliary
-            else lambda *args, **kwargs: without_auxiliary(postprocess_gen(*args, **kwargs))
-        )
+        self._supports = model_utils.data_free_supports(trace)
 
         run_map = False
         if init_params is None:
@@ -579,11 +538,13 @@ class MILE(ChainKernel, Pretraining):
                 AUXILIARY_SITE: jnp.zeros((num_chains, num_auxiliary), jnp.result_type(float)),
             }
         if run_map:  # the auxiliary coordinate's gradient is 0 at its mode: MAP leaves it there
-            init_params = jax.vmap(self._map_optimise, (0, None))(init_params, self._potential_on(None))
-        return self._init_chains(init_params, state_keys)
+            potential_fn = partial(self._potential, arrays=self._data.arrays)
+            init_params = jax.vmap(self._map_optimise, (0, None))(init_params, potential_fn)
+        return self._init_chains(init_params, state_keys, num_warmup)
 
-    def _init_chains(self, init_params, state_keys) -> MILEState:
-        """The initial state of every chain from ``init_params`` (a pytree with a leading chain axis)."""
+    def _init_chains(self, init_params, state_keys, num_warmup: int) -> MILEState:
+        """The initial state of every chain from ``init_params`` (a pytree with a leading chain axis), and this
+        run's :class:`MILEConfig`."""
         flat, _ = ravel_pytree(jax.tree.map(lambda x: x[0], init_params))
         dim = int(flat.shape[0])
         if dim < 2:  # a model gets an auxiliary coordinate in init; a potential_fn target does not
@@ -591,18 +552,27 @@ class MILE(ChainKernel, Pretraining):
                 f"MILE (MCLMC) needs at least 2 latent dimensions; this potential_fn has {dim}. Add an independent "
                 "standard-normal coordinate to it (its draws are then exact for the rest), or write it as a model."
             )
-        num_coords = int(self.ess_num_coords) if dim > self.ess_num_coords else None
         if self._batched:  # vectorized chains: sharded over the local devices when it pays
             sharding = self._chain_sharding(init_params, state_keys)
             init_params, state_keys = place_chains(init_params, sharding), place_chains(state_keys, sharding)
         self._chain_mesh = chain_mesh_of(state_keys)
-        self._config = config = self._config._replace(num_coords=num_coords, mesh=self._chain_mesh)
+        schedule = tuning.make_schedule(
+            num_warmup,
+            phase_split=self.phase_split,
+            target_energy_variance=self.target_energy_variance,
+            target_schedule=self.target_schedule,
+            n_eff=self.n_eff,
+            trust=self.trust,
+            L_factor=self.L_factor,
+            max_stored_samples=self.max_stored_samples,
+        )
+        num_coords = int(self.ess_num_coords) if dim > self.ess_num_coords else None
+        self._config = MILEConfig(schedule, num_coords, self._batched, int(num_warmup), self._chain_mesh)
         initial_L = self.initial_L if self.initial_L is not None else max(np.sqrt(dim), 15.0)
         target = self._model if self._potential_fn is None else self._potential_fn
-        init_all = _programs.program(  # the same for every kernel of this target, data structure and auxiliary
-            ("mile-init", target, self._potential_fn is None, self._data.key, config.num_auxiliary),
-            lambda: _chains_init_program(self._potential),
-        )
+        build = partial(_chains_init_program, self._potential)
+        # one program per target and data structure, whichever kernel asks
+        init_all = _programs.program(("mile-init", target, self._potential_fn is None, self._data.key), build)
         state = init_all(
             init_params,
             state_keys,
@@ -630,14 +600,13 @@ class MILE(ChainKernel, Pretraining):
 
     def _potential_on(self, key, arrays=None) -> Callable:
         """The potential of one position on the data ``(key, arrays)`` of a :class:`~numpyro_mile._programs.DataSplit`
-        (``key=None``: this run's data): the run's :func:`data_potential` when ``key`` is this run's, else one
-        built for the other static arguments."""
+        (``key=None``: this run's data): the run's potential when ``key`` is this run's, else one built for the
+        other static arguments."""
         if key is None:
             key, arrays = self._data.key, self._data.arrays
         potential = self._potential
-        if key is not self._data.key:
-            target = self._model if self._potential_fn is None else self._potential_fn
-            potential = data_potential(target, self._potential_fn is None, key, self._config.num_auxiliary)
+        if key is not self._data.key and self._potential_fn is None:
+            potential = _programs.on_data(partial(model_potential, self._model), key)
         return lambda params: potential(params, arrays)
 
     def _potential_fn_gen(self, *model_args, **model_kwargs) -> Callable:
