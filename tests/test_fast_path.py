@@ -81,11 +81,13 @@ def test_init_traces_the_model_once_and_builds_the_init_program_once():
     keys = jax.random.split(jax.random.PRNGKey(0), 2)
     one = initialize_model(jax.random.PRNGKey(1), mlp_regression, model_args=(X, y), model_kwargs={"hidden": (5,)})
     init_params = jax.tree.map(lambda v: jnp.stack([v, v + 0.1]), one.param_info.z)
-    kernel = MILE(counted, pretrain=False, map_steps=0)
+    kernel = MILE(counted, pretrain=False, map_steps=0, shard_chains=False)  # no sharding cost estimate
     kernel.init(keys, 100, init_params, (X, y), {"hidden": (5,)})
     assert len(calls) == 2
     calls.clear()
-    MILE(counted, pretrain=False, map_steps=0).init(keys, 100, init_params, (X + 1.0, y), {"hidden": (5,)})
+    MILE(counted, pretrain=False, map_steps=0, shard_chains=False).init(
+        keys, 100, init_params, (X + 1.0, y), {"hidden": (5,)}
+    )
     assert len(calls) == 1
 
 

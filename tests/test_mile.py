@@ -220,6 +220,11 @@ def test_error_subsample_plate():
 def test_error_num_warmup_too_small():
     with pytest.raises(ValueError, match="num_warmup=50 is too small"):
         MCMC(MILE(gaussian_100d), num_warmup=50, num_samples=1, progress_bar=False).run(jax.random.PRNGKey(0))
+    kernel = MILE(mlp_regression)  # raised before pretraining: a bad budget costs no ensemble
+    X, y = toy_regression(40)
+    with pytest.raises(ValueError, match="num_warmup=50 is too small"):
+        MCMC(kernel, num_warmup=50, num_samples=1, progress_bar=False).run(jax.random.PRNGKey(0), X, y)
+    assert kernel.ensembles == []
 
 
 def test_error_init_params(toy_ensemble):

@@ -438,7 +438,7 @@ class MILE(ChainKernel, Pretraining):
         self.init_strategy = init_strategy
         self.shard_chains = shard_chains
         self.map_steps, self.map_learning_rate = map_steps, map_learning_rate
-        self._potential = None  # potential(params, arrays) of this run (data_potential; set by init)
+        self._potential = None  # potential(params, arrays) of this run (_programs.on_data; set by init)
         self._supports = None  # the latent sites' supports when the draws need no data (set by init)
         self._config: MILEConfig | None = None  # set by init
 
@@ -492,6 +492,16 @@ class MILE(ChainKernel, Pretraining):
         model_kwargs = {} if model_kwargs is None else dict(model_kwargs)
         keys = self.start_run(rng_key)
         num_chains = keys.shape[0]
+        schedule = tuning.make_schedule(  # checks num_warmup and the phases before any pretraining
+            num_warmup,
+            phase_split=self.phase_split,
+            target_energy_variance=self.target_energy_variance,
+            target_schedule=self.target_schedule,
+            n_eff=self.n_eff,
+            trust=self.trust,
+            L_factor=self.L_factor,
+            max_stored_samples=self.max_stored_samples,
+        )
         chain_keys = jax.vmap(lambda k: jax.random.split(k, 3))(keys)
         pretrain_keys, init_keys, state_keys = chain_keys[:, 0], chain_keys[:, 1], chain_keys[:, 2]
 
@@ -500,7 +510,7 @@ class MILE(ChainKernel, Pretraining):
             init_params = self._check_potential_init_params(init_params, num_chains)
             self._data = _programs.split_data((), {})
             self._potential = lambda params, arrays: target(params)
-            return self._init_chains(init_params, state_keys, num_warmup)
+            return self._init_chains(init_params, state_keys, schedule, num_warmup)
 
         # the data are split once, and the potential is built once on their arrays (arguments of its programs)
         self._data = _programs.split_data(model_args, model_kwargs)
@@ -540,11 +550,11 @@ class MILE(ChainKernel, Pretraining):
         if run_map:  # the auxiliary coordinate's gradient is 0 at its mode: MAP leaves it there
             potential_fn = partial(self._potential, arrays=self._data.arrays)
             init_params = jax.vmap(self._map_optimise, (0, None))(init_params, potential_fn)
-        return self._init_chains(init_params, state_keys, num_warmup)
+        return self._init_chains(init_params, state_keys, schedule, num_warmup)
 
-    def _init_chains(self, init_params, state_keys, num_warmup: int) -> MILEState:
+    def _init_chains(self, init_params, state_keys, schedule: tuning.Schedule, num_warmup: int) -> MILEState:
         """The initial state of every chain from ``init_params`` (a pytree with a leading chain axis), and this
-        run's :class:`MILEConfig`."""
+        run's :class:`MILEConfig` (with ``schedule``, the tuning phases)."""
         flat, _ = ravel_pytree(jax.tree.map(lambda x: x[0], init_params))
         dim = int(flat.shape[0])
         if dim < 2:  # a model gets an auxiliary coordinate in init; a potential_fn target does not
@@ -556,16 +566,6 @@ class MILE(ChainKernel, Pretraining):
             sharding = self._chain_sharding(init_params, state_keys)
             init_params, state_keys = place_chains(init_params, sharding), place_chains(state_keys, sharding)
         self._chain_mesh = chain_mesh_of(state_keys)
-        schedule = tuning.make_schedule(
-            num_warmup,
-            phase_split=self.phase_split,
-            target_energy_variance=self.target_energy_variance,
-            target_schedule=self.target_schedule,
-            n_eff=self.n_eff,
-            trust=self.trust,
-            L_factor=self.L_factor,
-            max_stored_samples=self.max_stored_samples,
-        )
         num_coords = int(self.ess_num_coords) if dim > self.ess_num_coords else None
         self._config = MILEConfig(schedule, num_coords, self._batched, int(num_warmup), self._chain_mesh)
         initial_L = self.initial_L if self.initial_L is not None else max(np.sqrt(dim), 15.0)

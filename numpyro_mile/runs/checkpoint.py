@@ -72,7 +72,6 @@ _NUMPYRO_RUNTIME_ATTRS = frozenset(
         "_init_fn",
         "_postprocess_fn",
         "_potential_fn_gen",
-        "_postprocess_fn_gen",
         "_inv_transforms",
         "_dynamic_support",
         "_prototype_trace",
