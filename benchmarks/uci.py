@@ -686,7 +686,13 @@ def render(out: Path, args, command: str, profile: dict) -> None:
         + ","
     )
     # the machines the rows were measured on (a page re-rendered elsewhere names them, not the renderer)
-    measured_on = sorted({f"{r['machine'].strip()} ({r['versions']})" for r in read_csv(csv_path) if r.get("machine")})
+    measured_on = sorted(
+        {
+            r["machine"].strip() + ("" if "jax " in r["machine"] else f" ({r['versions']})")  # newer rows name them
+            for r in read_csv(csv_path)
+            if r.get("machine")
+        }
+    )
     (out / "results.md").write_text(
         f"# UCI benchmark: DE vs BDE vs MILE\n\n{generated} on {'; '.join(measured_on) or machine_summary()}.\n"
         f"Standardisation: {args.stats}-split statistics. Times are wall seconds including start-up and "
