@@ -92,6 +92,8 @@ FIELDS = [
     "fit_cpu",
     "compile_s",
     "compiles",
+    "loop_compile_s",
+    "loop_compiles",
     "ensemble_s",
     "sampler_s",
     "lppd",
