@@ -3,6 +3,7 @@ session. Budgets are capped (``num_warmup`` <= 200, ``num_samples`` <= 200, the 
 ``num_samples`` <= 50 inside a ``bde(...)`` call, whose NUTS runs up to 1,023 leapfrog steps per draw on an MLP) so
 that the page runs in CI; the README says so."""
 
+import os
 import re
 from pathlib import Path
 
@@ -49,6 +50,8 @@ def test_readme_python_blocks_run_in_order(tmp_path, monkeypatch):
     blocks = python_blocks(README.read_text())
     assert len(blocks) >= 3
     monkeypatch.chdir(tmp_path)  # nothing of a block lands in the checkout
+    # the first block sets NumPyro's host device count (XLA_FLAGS): restored afterwards, for the tests that follow
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
     # the estimators' default budget, capped like the explicit ones (4 chains kept: the example's shape)
     monkeypatch.setitem(estimators.BUDGETS, "quick", (4, CAPS["num_warmup"], CAPS["num_samples"], 10))
     namespace: dict = {}
