@@ -21,12 +21,13 @@ def run_to_phase3(kernel, num_warmup, num_chains, *model_args, seed=0, **model_k
 
 
 def phase3_positions(kernel, state, potential_fn):
-    """What :func:`~numpyro_mile.kernels.mile.phase3` stores from ``state`` (at the first Phase III step), and the
-    state after it."""
-    from numpyro_mile.kernels.mile import _STATE_AXES, chain_move, over_chains, phase3
+    """What :func:`~numpyro_mile.kernels.mile.phase3` stores from ``state`` (at the first Phase III step: the
+    positions of :func:`~numpyro_mile.kernels.mile.phase3_positions`), and the state after it."""
+    from numpyro_mile.kernels import mile
 
-    move = over_chains(lambda s: chain_move(s, potential_fn), _STATE_AXES, True)
-    done, samples = jax.jit(lambda s: phase3(s, move, kernel._config))(state)
+    move = mile.over_chains(lambda s: mile.chain_move(s, potential_fn), mile._STATE_AXES, True)
+    done = jax.jit(lambda s: mile.phase3(s, move, kernel._config))(state)
+    _, samples = jax.jit(lambda s: mile.phase3_positions(s, move, kernel._config))(state)
     return done, np.asarray(samples)
 
 

@@ -125,6 +125,16 @@ for name in ["mile", "sgld", "icsgld", "smile"]:
                 **model_kwargs(name))
     record(f"default_{name}", 6, ref(6), default, default.get_samples(group_by_chain=True)["w"])
     out[f"default_{name}_6"]["devices"] = num_devices(default.last_state)
+    if name == "mile":  # Phase III in groups of one chain per device, the ESS one column at a time
+        from numpyro_mile.kernels import _mile_cost
+        limits = _mile_cost.PHASE3_POSITIONS_BYTES, _mile_cost.PHASE3_ESS_BYTES
+        _mile_cost.PHASE3_POSITIONS_BYTES, _mile_cost.PHASE3_ESS_BYTES = 1, 1
+        grouped = MCMC(kernel(name, shard_chains=True), num_warmup=20, num_samples=10, num_chains=6,
+                       chain_method="vectorized", progress_bar=False)
+        grouped.run(jax.random.split(jax.random.PRNGKey(0), 6), X, y, init_params=jax.tree.map(np.asarray, init))
+        _mile_cost.PHASE3_POSITIONS_BYTES, _mile_cost.PHASE3_ESS_BYTES = limits
+        record("grouped_mile", 6, ref(6), grouped, grouped.get_samples(group_by_chain=True)["w"])
+        out["grouped_mile_6"]["devices"] = num_devices(grouped.last_state)
     if name in ("mile", "sgld", "smile"):  # sharded chains: init's state typed and placed as the step returns it
         from jax.tree_util import keystr, tree_flatten_with_path
         from numpyro_mile.runs.distributed import shard_chains
@@ -336,6 +346,16 @@ def test_vectorized_chains_run_over_every_device_by_default(four_devices, name):
     tol = TOL[name.split("_")[0]]
     assert res["diff"] < tol, res
     assert res["other_chain"] > 20 * tol, res
+
+
+def test_sharded_phase3_in_groups_of_chains_gives_the_same_draws(four_devices):
+    """MILE's Phase III on CPU with its work space limits at their lowest (one chain per device at a time, the ESS one
+    coordinate at a time: what large Phase III buffers get) on 6 chains sharded over 3 devices: the draws of the
+    one-device run of the same keys, each chain on its own device."""
+    res = four_devices["grouped_mile_6"]
+    assert res["devices"] == 3 and res["shape"] == [6, 10, 2], res
+    assert res["diff"] < TOL["mile"], res
+    assert res["other_chain"] > 20 * TOL["mile"], res
 
 
 def test_sharded_chains_compile_their_step_once(four_devices):

@@ -92,7 +92,7 @@ def test_step_size_trajectory_and_L_match_the_reference(name):
 
     # Phase III: L = 0.4 * step size * mean_i(n3 / ESS_i) of the positions the reference sampled with that L
     assert phase3.shape == (n3, int(g["dim"]))
-    L, ok = tuning.L_from_ess(jnp.asarray(phase3), jnp.float32(ours[-1]), schedule, mclmc.ess, jnp.float32(phase2_L))
+    L, ok = tuning.L_from_ess(mclmc.ess(jnp.asarray(phase3)), jnp.float32(ours[-1]), schedule, jnp.float32(phase2_L))
     assert bool(ok)
     assert float(L) == pytest.approx(float(g["final_L"]), rel=max(rtol, 1e-4))
 

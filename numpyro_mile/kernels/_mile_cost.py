@@ -20,12 +20,35 @@ from .._arrays import storage_dtype
 from ._mclmc import GRAD_EVALS_PER_STEP
 from ._mile_tuning import make_schedule
 
-__all__ = ["CostEstimate", "estimate_cost", "num_grad_evals"]
+__all__ = ["CostEstimate", "estimate_cost", "num_grad_evals", "phase3_limits"]
 
 
 #: XLA's work space of the FFT-based ESS of one chain's Phase III positions, in units of those positions (4.75-4.78
 #: by XLA's memory analysis of the compiled ESS at 300-10,000 positions x 40-2,000 coordinates, float32)
 ESS_WORK_FACTOR = 4.8
+
+
+#: per-device limits of Phase III's work space on CPU: its stored positions, and the ESS's FFT arrays. XLA's CPU
+#: runtime allocates a program's whole work space at every launch, and glibc maps an allocation above 32 MiB
+#: (its largest mmap threshold) afresh each time: were Phase III's buffers to push MILE's step program over it,
+#: every step of the run would pay a page fault per page it touches (about 1.4 ms per step for airfoil's network
+#: at 50,000 warmup steps, 6 chains per device). Phase III stays under them by moving groups of chains one
+#: group after another and by computing the ESS over blocks of coordinates: the same moves and statistic.
+PHASE3_POSITIONS_BYTES = 16 * 2**20
+PHASE3_ESS_BYTES = 8 * 2**20
+
+
+def phase3_limits(platform: str, chains: int, num_stored: int, num_columns: int, itemsize: int) -> tuple[int, int]:
+    """``(chains per group, ESS columns per block)`` that keep Phase III's work space on one device within
+    :data:`PHASE3_POSITIONS_BYTES` and :data:`PHASE3_ESS_BYTES` on CPU (``platform``): ``chains`` on the device,
+    each storing ``num_stored`` positions of ``num_columns`` coordinates of ``itemsize`` bytes. No limit on other
+    platforms, whose work space comes from a pool. The group size divides ``chains``."""
+    if platform != "cpu":
+        return chains, num_columns
+    fits = max(1, PHASE3_POSITIONS_BYTES // (num_stored * num_columns * itemsize))
+    group = max(n for n in range(1, chains + 1) if chains % n == 0 and n <= fits)
+    columns = int(PHASE3_ESS_BYTES / (ESS_WORK_FACTOR * num_stored * itemsize))
+    return group, max(1, min(num_columns, columns))
 
 
 class CostEstimate(NamedTuple):
@@ -42,15 +65,16 @@ class CostEstimate(NamedTuple):
     :ivar num_params: unconstrained latent dimension ``d`` of one chain.
     :ivar state_bytes: the MILE state of all chains: position, momentum and gradient, Phase II mean
         and variance (``5 d``).
-    :ivar phase3_bytes: the Phase III positions of all chains, held during the one step that runs Phase III
-        (``min(n3, max_stored_samples) x min(d, ess_num_coords)`` per chain).
+    :ivar phase3_bytes: the Phase III positions held at once during the one step that runs Phase III
+        (``min(n3, max_stored_samples) x min(d, ess_num_coords)`` per chain; of all chains, or on CPU of one group
+        of them: :func:`phase3_limits`, for chains on one device).
     :ivar sample_bytes: all kept draws, ``num_chains x (num_samples // thinning)`` times the
         constrained values of one draw (latent and deterministic sites), in the storage dtype.
     :ivar data_bytes: the array model arguments. (The state carries them through the sampling
         loop as JAX arrays: JAX inputs are shared, NumPy inputs are copied once to the device.)
     :ivar predicted_bytes: ``data_bytes + state_bytes + phase3_bytes +`` the ESS's work space (it runs on one
-        chain at a time: :data:`ESS_WORK_FACTOR` times that chain's positions; chains sharded over several
-        devices hold one such space per device) ``+`` the draws held
+        chain at a time, on CPU on a block of its coordinates: :data:`ESS_WORK_FACTOR` times those positions;
+        chains sharded over several devices hold one such space per device) ``+`` the draws held
         at once: all of them, or one chunk with ``chunk_size`` (:func:`numpyro_mile.run_chunked`); NumPyro
         allocates the draws before warmup, so both are held during Phase III. ``MCMC.run`` also makes transient
         copies of its draws (see ``docs/benchmarks/long_runs.md``).
@@ -163,7 +187,10 @@ def estimate_cost(
         max_stored_samples=kernel.max_stored_samples,
     )
     state_bytes = num_chains * itemsize * 5 * dim
-    phase3_bytes = num_chains * itemsize * schedule.num_stored * min(dim, kernel.ess_num_coords)
+    num_columns = min(dim, kernel.ess_num_coords)
+    group, max_columns = phase3_limits(jax.default_backend(), num_chains, schedule.num_stored, num_columns, itemsize)
+    phase3_bytes = group * itemsize * schedule.num_stored * num_columns
+    ess_bytes = ESS_WORK_FACTOR * itemsize * schedule.num_stored * max_columns
     one = jax.eval_shape(
         partial(constrain_fn, kernel.model, model_args, model_kwargs, return_deterministic=True),
         jax.tree.map(lambda x: x[0], init_params),
@@ -189,13 +216,7 @@ def estimate_cost(
         int(state_bytes),
         int(num_chains * num_draws * per_draw),
         int(data_bytes),
-        int(
-            data_bytes
-            + state_bytes
-            + phase3_bytes
-            + ESS_WORK_FACTOR * phase3_bytes / num_chains
-            + num_chains * held * per_draw
-        ),
+        int(data_bytes + state_bytes + phase3_bytes + ess_bytes + num_chains * held * per_draw),
         method,
         int(phase3_bytes),
     )

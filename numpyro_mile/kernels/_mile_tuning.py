@@ -255,14 +255,14 @@ def record_sample(samples, position_sub, step_in_phase3, schedule: Schedule):
     return jax.lax.dynamic_update_slice_in_dim(samples, row, slot, axis=samples.ndim - 2)
 
 
-def L_from_ess(samples, step_size, schedule: Schedule, ess_fn, fallback_L) -> tuple[jax.Array, jax.Array]:
-    """``L_factor * step_size * mean_i(n3 / ESS_i)`` from the stored Phase III samples.
+def L_from_ess(ess, step_size, schedule: Schedule, fallback_L) -> tuple[jax.Array, jax.Array]:
+    """``L_factor * step_size * mean_i(n3 / ESS_i)`` from the ESS of each stored Phase III coordinate
+    (``ess``, shape ``(d_sub,)``).
 
     The mean runs over the coordinates whose ESS is finite and positive (a coordinate that did
     not move, for instance, has a NaN or infinite ESS). Returns ``(L, ok)``; when no coordinate
     is usable, ``ok`` is ``False`` and ``L`` is ``fallback_L`` (the Phase II L).
     """
-    ess = ess_fn(samples)
     usable = jnp.isfinite(ess) & (ess > 0)
     count = jnp.sum(usable)
     ratio = jnp.where(usable, schedule.num_phase3 / jnp.where(usable, ess, 1.0), 0.0)

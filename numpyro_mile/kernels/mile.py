@@ -29,7 +29,7 @@ from .._validation import MISSING_PLATE, check_init_params, check_plates, is_con
 from . import _mclmc as mclmc
 from ._base import ChainKernel, Pretraining, chain_axes, over_chains
 from . import _mile_tuning as tuning
-from ._mile_cost import CostEstimate, estimate_cost, num_grad_evals
+from ._mile_cost import CostEstimate, estimate_cost, num_grad_evals, phase3_limits
 
 
 class MILEState(NamedTuple):
@@ -189,21 +189,15 @@ def chain_tune(state: MILEState, moved: MILEState, schedule: tuning.Schedule) ->
     return moved._replace(step_size=step_size, L=L, adapt=adapt)
 
 
-def phase3(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILEState, jax.Array]:
-    """Phase III of every chain in ``state``, all of it: ``num_phase3`` moves with the chain's step size and Phase
-    II L in one compiled loop, their positions stored as the reference code stores them (every coordinate, or a
-    random subset of ``config.num_coords`` per chain; the steps
-    :func:`~numpyro_mile.kernels._mile_tuning.stored_steps`),
-    then L from their ESS.
-
-    The positions exist only inside this loop: MILE's step runs it at the first Phase III step and leaves the
-    chain where it ends for the remaining Phase III steps, so that no buffer of positions rides in the state
-    that NumPyro's progress-bar loop copies at every step (as the reference statistic needs up to 2,000
-    coordinates x 10,000 positions per chain, that copy made runs several times slower).
+def phase3_positions(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILEState, jax.Array]:
+    """Phase III's moves of the chains in ``state`` (one chain, or a batch of them with ``config.batched``):
+    ``num_phase3`` moves with the chains' step size and Phase II L in one compiled loop, their positions stored as
+    the reference code stores them (every coordinate, or a random subset of ``config.num_coords`` per chain; the
+    steps :func:`~numpyro_mile.kernels._mile_tuning.stored_steps`).
 
     :param move: one MCLMC move of every chain in ``state`` (:func:`chain_move`, batched like ``state``).
-    :return: the state after the moves, with the new L (``i`` counts the moves), and the stored positions,
-        shape ``(chains, num_stored, d_sub)`` (``(num_stored, d_sub)`` for one chain).
+    :return: the state after the moves (``i`` counts them, ``diverging`` says whether any was rejected) and the
+        stored positions, shape ``(chains, num_stored, d_sub)`` (``(num_stored, d_sub)`` for one chain).
     """
     schedule = config.schedule
     flatten = (lambda p: ravel_pytree(p)[0]) if not config.batched else jax.vmap(lambda p: ravel_pytree(p)[0])
@@ -215,7 +209,7 @@ def phase3(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILESt
         coords = pick(state.rng_key) if not config.batched else jax.vmap(pick)(state.rng_key)
         subset = lambda flat: jnp.take_along_axis(flat, coords, axis=-1)  # noqa: E731
     samples = jnp.zeros(flat.shape[:-1] + (schedule.num_stored, subset(flat).shape[-1]), flat.dtype)
-    if config.mesh is not None:
+    if config.batched and config.mesh is not None:  # each device stores its own chains' positions
         samples = jax.lax.with_sharding_constraint(
             samples, NamedSharding(config.mesh, PartitionSpec(config.mesh.axis_names[0]))
         )
@@ -229,21 +223,102 @@ def phase3(state: MILEState, move: Callable, config: MILEConfig) -> tuple[MILESt
     state, samples, rejected = jax.lax.fori_loop(
         0, schedule.num_phase3, body, (state, samples, jnp.zeros_like(state.diverging))
     )
+    return state._replace(diverging=rejected), samples
 
-    def tuned_L(samples, step_size, phase2_L):
-        if not config.batched:
-            return tuning.L_from_ess(samples, step_size, schedule, mclmc.ess, phase2_L)
-        # one chain at a time: the FFT's work arrays are ~4.8x the chain's positions (_mile_cost.ESS_WORK_FACTOR)
-        return jax.lax.map(
-            lambda args: tuning.L_from_ess(args[0], args[1], schedule, mclmc.ess, args[2]),
-            (samples, step_size, phase2_L),
+
+def ess_in_blocks(samples: jax.Array, max_columns: int) -> jax.Array:
+    """:func:`~numpyro_mile.kernels._mclmc.ess` of each column of each chain's ``samples`` (shape ``(n, d)`` for one
+    chain, ``(chains, n, d)`` for several), computed on at most ``max_columns`` columns of one chain at a time: each
+    column's ESS is its own, so the blocks bound the FFT's work space without changing the statistic. A chain's
+    last block ends at its last column (it may repeat a few). Returns shape ``(d,)`` or ``(chains, d)``."""
+    chains_samples = samples if samples.ndim == 3 else samples[None]
+    num_chains, num_stored, num_columns = chains_samples.shape
+    width = min(num_columns, max_columns)
+    starts = np.minimum(np.arange(0, num_columns, width), num_columns - width)
+    chain_of = jnp.asarray(np.repeat(np.arange(num_chains), len(starts)))
+    start_of = jnp.asarray(np.tile(starts, num_chains))
+
+    def block(j, ess):
+        corner = (chain_of[j], 0, start_of[j])
+        columns = jax.lax.dynamic_slice(chains_samples, corner, (1, num_stored, width))[0]
+        ess_columns = mclmc.ess(columns).reshape(1, width)  # BlackJAX squeezes a single column's axis
+        return jax.lax.dynamic_update_slice(ess, ess_columns, (chain_of[j], start_of[j]))
+
+    ess = jax.lax.fori_loop(0, len(start_of), block, jnp.zeros((num_chains, num_columns), samples.dtype))
+    return ess if samples.ndim == 3 else ess[0]
+
+
+def phase3(state: MILEState, move: Callable, config: MILEConfig) -> MILEState:
+    """Phase III of every chain in ``state``, all of it: the moves and stored positions of
+    :func:`phase3_positions`, then L from their ESS (:func:`~numpyro_mile.kernels._mile_tuning.L_from_ess`).
+
+    The positions exist only inside this step: MILE's step runs it at the first Phase III step and leaves the chain
+    where it ends for the remaining Phase III steps, so that no buffer of positions rides in the state that
+    NumPyro's progress-bar loop copies at every step. Chains sharded over devices keep their Phase III on their
+    device; on CPU, groups of chains (the same number on each device) run one after another and the ESS runs on
+    blocks of coordinates, within the limits of :func:`~numpyro_mile.kernels._mile_cost.phase3_limits`.
+
+    :param move: one MCLMC move of every chain in ``state`` (:func:`chain_move`, batched like ``state``).
+    :return: the state after the moves, with the new L (``i`` counts the moves).
+    """
+    dim = ravel_pytree(jax.tree.map(lambda x: x[0] if config.batched else x, state.dynamics.position))[0]
+    num_columns = dim.shape[0] if config.num_coords is None else config.num_coords
+    mesh = config.mesh if config.batched else None
+    num_devices = 1 if mesh is None else mesh.size
+    chains = state.step_size.shape[0] if config.batched else 1
+    platform = next(iter(mesh.devices.flat if mesh is not None else jax.devices())).platform
+    group, max_columns = phase3_limits(
+        platform, chains // num_devices, config.schedule.num_stored, num_columns, dim.dtype.itemsize
+    )
+
+    def tuned_L(samples, step_size, phase2_L):  # the chains of one device
+        L_of = lambda ess, step_size, L: tuning.L_from_ess(ess, step_size, config.schedule, L)  # noqa: E731
+        return (jax.vmap(L_of) if config.batched else L_of)(ess_in_blocks(samples, max_columns), step_size, phase2_L)
+
+    if mesh is not None:  # XLA does not partition the FFT over chains: per device
+        split = PartitionSpec(mesh.axis_names[0])
+        tuned_L = jax.shard_map(tuned_L, mesh=mesh, in_specs=(split,) * 3, out_specs=(split, split), check_vma=False)
+
+    def chains_phase3(state):
+        moved, samples = phase3_positions(state, move, config)
+        L, ok = tuned_L(samples, state.step_size, state.L)
+        return moved._replace(L=L, ess_fallback=~ok)
+
+    num_groups = chains // (num_devices * group)
+    if num_groups == 1:
+        return chains_phase3(state)._replace(i=state.i + config.schedule.num_phase3)
+
+    # chain c = (device d, group j, k-th of the group) in that order; group j's chains on every device together
+    def to_groups(x):
+        x = x.reshape((num_devices, num_groups, group) + x.shape[1:]).swapaxes(0, 1)
+        x = x.reshape((num_groups, num_devices * group) + x.shape[3:])
+        return (
+            x if mesh is None else jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(None, *split)))
         )
 
-    if config.batched and config.mesh is not None:  # XLA does not partition the FFT over chains: per device
-        chains = PartitionSpec(config.mesh.axis_names[0])
-        tuned_L = jax.shard_map(tuned_L, mesh=config.mesh, in_specs=(chains,) * 3, out_specs=(chains, chains))
-    L, ok = tuned_L(samples, state.step_size, state.L)
-    return state._replace(L=L, ess_fallback=~ok, diverging=rejected), samples
+    def from_groups(x):
+        x = x.reshape((num_groups, num_devices, group) + x.shape[2:]).swapaxes(0, 1).reshape((chains,) + x.shape[2:])
+        return x if mesh is None else jax.lax.with_sharding_constraint(x, NamedSharding(mesh, split))
+
+    def group_phase3(per_chain):  # the per-chain fields of one group of chains
+        return _per_chain(chains_phase3(_with_shared(per_chain, state)))
+
+    done = jax.lax.map(group_phase3, jax.tree.map(to_groups, _per_chain(state)))
+    return _with_shared(jax.tree.map(from_groups, done), state)._replace(i=state.i + config.schedule.num_phase3)
+
+
+def _is_none(x) -> bool:
+    return x is None
+
+
+def _per_chain(state: MILEState) -> MILEState:
+    """``state`` with its shared fields (``i``, ``data``) left out (``None``)."""
+    return jax.tree.map(lambda axis, x: None if axis is None else x, _STATE_AXES, state, is_leaf=_is_none)
+
+
+def _with_shared(per_chain: MILEState, state: MILEState) -> MILEState:
+    """The per-chain fields of ``per_chain`` with the shared fields of ``state``."""
+    return jax.tree.map(lambda axis, x, s: s if axis is None else x, _STATE_AXES, per_chain, state, is_leaf=_is_none)
 
 
 #: folded into a chain's key to draw its Phase III coordinates (the chain's own stream of keys is left as it is)
@@ -273,8 +348,7 @@ def mile_step(state: MILEState, potential_fn: Callable, config: MILEConfig) -> M
     i = state.i
 
     def run_phase3():
-        done, _ = phase3(state, move, config)
-        return done._replace(i=i + 1)
+        return phase3(state, move, config)._replace(i=i + 1)
 
     def wait():
         return state._replace(
