@@ -583,10 +583,9 @@ def gap_parts(by: dict, seeds: list[int]) -> list[str]:
         f"two devices, a new signature for its jitted step. The other {bar - second:.1f} s are its launches, "
         f"{(bar - second) / steps * 1e3:.2f} ms per step: for `vectorized` chains NumPyro launches the compiled "
         "step from Python once per step, and a launched step split over two CPU devices costs more than the same "
-        "step inside one compiled loop. The launch grows with the budget: the per-step program also holds Phase "
-        "III's buffer of stored positions (chains x stored positions x coordinates) as working memory, and where "
-        "that exceeds the C library's limit for reusing freed memory (32 MB), every launch maps it afresh and "
-        "pays a page fault for each page the step touches.",
+        "step inside one compiled loop. (MILE keeps its step's working memory, Phase III's stored positions and "
+        "the ESS's arrays included, small enough for the C library to reuse from launch to launch: a large one "
+        "is mapped afresh at every launch, a page fault for each page the step touches.)",
         f"- Everything else (the quiet run against bde): {rest:+.1f} s, of which ensemble {ensemble:+.1f} s and "
         f"trace + compile {compiled:+.1f} s; the remainder, {rest - ensemble - compiled:+.1f} s, is sampling, "
         "imports and set-up.",

@@ -29,13 +29,14 @@ ESS_WORK_FACTOR = 4.8
 
 
 #: per-device limits of Phase III's work space on CPU: its stored positions, and the ESS's FFT arrays. XLA's CPU
-#: runtime allocates a program's whole work space at every launch, and glibc maps an allocation above 32 MiB
-#: (its largest mmap threshold) afresh each time: were Phase III's buffers to push MILE's step program over it,
-#: every step of the run would pay a page fault per page it touches (about 1.4 ms per step for airfoil's network
-#: at 50,000 warmup steps, 6 chains per device). Phase III stays under them by moving groups of chains one
-#: group after another and by computing the ESS over blocks of coordinates: the same moves and statistic.
-PHASE3_POSITIONS_BYTES = 16 * 2**20
-PHASE3_ESS_BYTES = 8 * 2**20
+#: runtime allocates a program's whole work space at every launch (NumPyro's progress-bar loop launches MILE's
+#: step once per step), and glibc maps large allocations afresh and may hand freed ones back to the system (its
+#: mmap threshold adapts up to 32 MiB; its allocator's per-thread heaps shrink when their top is freed): then every
+#: launch pays a page fault per page the step touches, at any phase of the run. Phase III keeps its part well
+#: below that by moving groups of chains one group after another and by computing the ESS over blocks of
+#: coordinates: the same moves and the same statistic.
+PHASE3_POSITIONS_BYTES = 4 * 2**20
+PHASE3_ESS_BYTES = 4 * 2**20
 
 
 def phase3_limits(platform: str, chains: int, num_stored: int, num_columns: int, itemsize: int) -> tuple[int, int]:
