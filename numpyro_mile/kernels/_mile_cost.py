@@ -36,6 +36,7 @@ ESS_WORK_FACTOR = 4.8
 #: below that by moving groups of chains one group after another and by computing the ESS over blocks of
 #: coordinates: the same moves and the same statistic.
 PHASE3_POSITIONS_BYTES = 4 * 2**20
+#: the ESS's part of that limit (:data:`PHASE3_POSITIONS_BYTES`: the stored positions' part)
 PHASE3_ESS_BYTES = 4 * 2**20
 
 
