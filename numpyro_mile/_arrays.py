@@ -77,10 +77,11 @@ def to_host(tree: Any) -> Any:
 CHAIN_AXIS = "chains"
 
 
-#: ``vectorized`` chains are sharded by default when one step of all of them costs at least this many
-#: floating-point operations (XLA's count): NumPyro's progress bar calls the compiled step once per step, and
-#: a step split over several devices pays a launch on each, which a cheap step does not earn back. The value
-#: comes from CPU measurements (docs/distributed.md says which).
+#: On CPU devices, ``vectorized`` chains are sharded by default when one step of all of them costs at least
+#: this many floating-point operations (XLA's count): NumPyro's progress bar calls the compiled step once per
+#: step, and a step split over several devices pays a launch on each, which a cheap step does not earn back.
+#: The value comes from CPU measurements (docs/distributed.md says which), so it decides for CPU devices only:
+#: on other platforms chains stay where NumPyro puts them unless the caller asks for sharding.
 MIN_SHARDED_STEP_FLOPS = 2e7
 
 
@@ -96,15 +97,16 @@ def default_chain_sharding(
     (:func:`numpyro_mile.run_distributed` places those chains), under a transformation (traced
     values), or when any array of ``trees`` (the per-chain keys and initial values) is committed
     to devices: a placement the caller chose (``jax.device_put(key, jax.devices()[0])`` keeps a
-    run on one device) is kept. With ``step_flops`` (the work of one step of all chains), also ``None``
-    below :data:`MIN_SHARDED_STEP_FLOPS`.
+    run on one device) is kept. With ``step_flops`` (the work of one step of all chains, the automatic
+    rule), also ``None`` below :data:`MIN_SHARDED_STEP_FLOPS` on CPU devices and always on other platforms,
+    where no threshold was measured (pass ``step_flops=None`` to shard there).
 
     CPU cores are JAX devices only after ``numpyro.set_host_device_count(n)`` (before JAX starts).
     """
     devices = jax.local_devices()
     if num_chains < 2 or len(devices) < 2 or jax.process_count() > 1:
         return None
-    if step_flops is not None and step_flops < MIN_SHARDED_STEP_FLOPS:
+    if step_flops is not None and (devices[0].platform != "cpu" or step_flops < MIN_SHARDED_STEP_FLOPS):
         return None
     for leaf in jax.tree.leaves(trees):
         if isinstance(leaf, jax.core.Tracer) or (isinstance(leaf, jax.Array) and leaf.committed):

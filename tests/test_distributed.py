@@ -381,6 +381,22 @@ def test_mile_shards_by_default_only_when_a_step_is_enough_work(four_devices):
     assert four_devices["mile_auto_devices"] == 1
 
 
+def test_the_step_cost_threshold_decides_for_cpu_devices_only(monkeypatch):
+    """MIN_SHARDED_STEP_FLOPS was measured on CPU: on another platform the automatic rule (a step cost given)
+    leaves the chains where NumPyro puts them, however large the step; without a cost (``shard_chains=True``)
+    the rule goes on to build a mesh of those devices."""
+    from numpyro_mile import _arrays
+
+    class Device:  # stands for a GPU; only its platform is read before the mesh is built
+        platform = "gpu"
+
+    monkeypatch.setattr(_arrays.jax, "local_devices", lambda: [Device(), Device()])
+    monkeypatch.setattr(_arrays.jax.sharding, "Mesh", lambda devices, axes: (len(devices), axes))
+    monkeypatch.setattr(_arrays.jax.sharding, "NamedSharding", lambda mesh, spec: mesh)
+    assert _arrays.default_chain_sharding(4, step_flops=1e15) is None
+    assert _arrays.default_chain_sharding(4, step_flops=None) == (2, (_arrays.CHAIN_AXIS,))
+
+
 def test_only_the_histogram_crosses_devices(four_devices):
     """ICSGLD: one all-reduce of the m bins (plus a few scalars), never positions or gradients.
 

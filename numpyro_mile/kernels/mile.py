@@ -428,10 +428,12 @@ class MILE(ChainKernel, Pretraining):
     :param map_steps: Adam steps on the potential before tuning, when not pretraining.
     :param map_learning_rate: learning rate of those Adam steps.
     :param shard_chains: ``vectorized`` chains on several local devices (GPUs, or CPU cores exposed with
-        ``numpyro.set_host_device_count``): ``None`` (default) shards them over the devices when a step of
+        ``numpyro.set_host_device_count``): ``None`` (default) shards them over CPU devices when a step of
         all chains is enough work to pay for launching a multi-device step once per step, as NumPyro's
         progress bar does (at least :data:`numpyro_mile._arrays.MIN_SHARDED_STEP_FLOPS`, from XLA's
-        operation count of the gradient); ``True`` whenever there are several devices; ``False`` never.
+        operation count of the gradient), and leaves them on one device of other platforms (NumPyro's
+        placement; no threshold was measured there); ``True`` whenever there are several devices; ``False``
+        never.
         Inputs the caller placed on devices (committed keys or ``init_params``) are kept where they are.
 
     **Example**
