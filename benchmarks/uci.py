@@ -700,6 +700,8 @@ def render(out: Path, args, command: str, profile: dict) -> None:
         "the CSV: on a shared machine compare CPU seconds rather than wall seconds. The >= 5 time target is checked on "
         "wall time when every row compared ran on an idle machine (load average <= cores + 0.5), else on CPU time; "
         "MILE's vectorized chains keep two cores busy (more CPU than wall seconds), sequential NUTS about one. "
+        "Methods without '+bar' ran with NumPyro's progress bar off (`progress_bar=False`); what the bar adds "
+        "to a user's run is on `peers.md` / `defaults.md`. "
         "A budget marked 'projected' was run short: RMSE, LPPD, ESS and cR-hat are the short run's, and only its "
         "time is projected to the stated budget from the measured cost per step (MILE) or per warmup iteration "
         "and per draw (BDE; see numpyro_mile.compare.run_bde).\n"
